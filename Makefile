@@ -1,0 +1,35 @@
+# Weir — `make demo` runs the main job on the embedded default, `make test` runs the tests.
+# Both run `make setup` first, so a fresh clone needs nothing else.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+export WEIR_HOME ?= $(CURDIR)/.weir
+export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
+export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
+
+.PHONY: setup demo test up bench lint clean
+
+setup: $(VENV)/.installed .cache/jars/jars.txt
+
+$(VENV)/.installed: requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -e .
+	touch $@
+
+.cache/jars/jars.txt: spark_jobs/jars.py $(VENV)/.installed
+	mkdir -p .cache/jars
+	$(PY) -m spark_jobs.jars
+
+demo: setup
+	$(PY) -m spark_jobs.demo
+
+test: setup
+	$(PY) -m pytest
+
+lint: setup
+	$(VENV)/bin/ruff check spark_jobs plugins dags tests bench
+
+clean:
+	rm -rf .weir .pytest_cache

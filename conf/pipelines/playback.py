@@ -1,0 +1,52 @@
+"""Video playback quality-of-experience events: the reference pipeline."""
+
+from spark_jobs.catalog import Aggregation, Dimension, Field, FileSource, Pipeline, RestartPolicy
+
+EVENT_TYPES = (
+    "start", "heartbeat", "pause", "resume", "buffer_start", "buffer_end",
+    "bitrate_change", "error", "end",
+)
+
+PIPELINE = Pipeline(
+    name="playback",
+    description="Player events → QoE metrics per minute, content and CDN",
+    events_table="playback_events",
+    key="event_id",
+    event_time="event_time",
+    fields=(
+        Field("event_id", required=True),
+        Field("session_id", required=True),
+        Field("user_id", required=True),
+        Field("content_id", required=True),
+        Field("event_type", required=True, allowed=EVENT_TYPES),
+        Field("event_time", "timestamp", required=True),
+        Field("device"),
+        Field("cdn"),
+        Field("country"),
+        Field("error_code"),
+        Field("bitrate_kbps", "integer", minimum=0, maximum=100_000),
+        Field("buffer_ms", "integer", minimum=0),
+        Field("position_s", "number", minimum=0),
+    ),
+    dimension=Dimension(
+        table="content_catalog", key="content_id", columns=("title", "genre"),
+        seed_csv="conf/dims/content_catalog.csv",
+    ),
+    aggregation=Aggregation(
+        table="playback_qoe_1m",
+        window="1 minute",
+        group_by=("content_id", "cdn"),
+        measures={
+            "events": "count(1)",
+            "plays": "count_if(event_type = 'start')",
+            "errors": "count_if(event_type = 'error')",
+            "rebuffer_ms": "coalesce(sum(CASE WHEN event_type = 'buffer_end' THEN buffer_ms END), 0)",
+            "avg_bitrate_kbps": "avg(bitrate_kbps)",
+            "sessions": "approx_count_distinct(session_id)",
+        },
+        watermark="10 minutes",
+    ),
+    source=FileSource(),
+    trigger_interval="5 seconds",
+    restart_policy=RestartPolicy(initial_backoff_s=2, max_backoff_s=60, max_restarts=5, window_s=3600),
+)

@@ -1,0 +1,148 @@
+"""The pipeline catalog: one typed, declarative entry per pipeline.
+
+An entry names its source, its event contract (fields and rules), its dedupe key, its derived and
+enrichment columns, its gold aggregation and its restart policy. The stream, the back-fill, the
+CLI and the DAGs are all generated from the entry; nothing pipeline-specific is hand-coded.
+Entries live in `conf/pipelines/<name>.py` (or `$WEIR_CONF/pipelines`) as a module-level
+`PIPELINE`; loading one is an import, never file parsing, so DAG files stay cheap to parse.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+from spark_jobs.home import REPO_ROOT
+
+FieldType = Literal["string", "integer", "number", "timestamp"]
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of the JSON event contract and the rules a value must satisfy."""
+
+    name: str
+    type: FieldType = "string"
+    required: bool = False
+    allowed: tuple[str, ...] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+
+
+@dataclass(frozen=True)
+class FileSource:
+    """JSON-lines files dropped (complete, by rename) into `WEIR_HOME/landing/<pipeline>/`."""
+
+    kind: Literal["files"] = "files"
+    max_files_per_trigger: int | None = None
+
+
+@dataclass(frozen=True)
+class KafkaSource:
+    """A Kafka topic; security options come from the environment or an Airflow connection."""
+
+    topic: str
+    bootstrap_servers: str = "127.0.0.1:9092"
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int | None = None
+    fail_on_data_loss: bool = True
+    kind: Literal["kafka"] = "kafka"
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """A small dimension table joined onto silver by key (left join: unknown keys give nulls)."""
+
+    table: str
+    key: str
+    columns: tuple[str, ...]
+    seed_csv: str | None = None
+
+
+@dataclass(frozen=True)
+class Aggregation:
+    """The gold table: event-time windows × group keys with SQL measures."""
+
+    table: str
+    window: str
+    slide: str | None = None
+    group_by: tuple[str, ...] = ()
+    measures: dict[str, str] = field(default_factory=dict)
+    explode: dict[str, str] = field(default_factory=dict)
+    watermark: str = "10 minutes"
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """Exponential backoff between restarts, and a restart budget per time window."""
+
+    initial_backoff_s: float = 2.0
+    max_backoff_s: float = 60.0
+    max_restarts: int = 5
+    window_s: float = 3600.0
+    stall_after_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    name: str
+    events_table: str
+    fields: tuple[Field, ...]
+    key: str
+    event_time: str
+    aggregation: Aggregation
+    source: FileSource | KafkaSource = field(default_factory=FileSource)
+    derived: dict[str, str] = field(default_factory=dict)
+    dimension: Dimension | None = None
+    trigger_interval: str = "5 seconds"
+    shuffle_partitions: int = 4
+    restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
+    description: str = ""
+    owner: str = "data-platform"
+
+    @property
+    def gold_table(self) -> str:
+        return self.aggregation.table
+
+    def field_named(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+
+class UnknownPipelineError(LookupError):
+    pass
+
+
+def catalog_dir() -> Path:
+    return Path(os.environ.get("WEIR_CONF", REPO_ROOT / "conf")) / "pipelines"
+
+
+def names() -> list[str]:
+    return sorted(p.stem for p in catalog_dir().glob("*.py") if not p.stem.startswith("_"))
+
+
+@cache
+def load(name: str) -> Pipeline:
+    """The catalog entry of pipeline `name`."""
+    path = catalog_dir() / f"{name}.py"
+    if not path.is_file():
+        known = ", ".join(names()) or "none"
+        raise UnknownPipelineError(f"no pipeline {name!r} in the catalog (known: {known})")
+    spec = importlib.util.spec_from_file_location(f"weir_catalog_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    pipeline = getattr(module, "PIPELINE", None)
+    if not isinstance(pipeline, Pipeline) or pipeline.name != name:
+        raise UnknownPipelineError(f"{path} must define PIPELINE = Pipeline(name={name!r}, ...)")
+    return pipeline
+
+
+def all_pipelines() -> list[Pipeline]:
+    return [load(n) for n in names()]

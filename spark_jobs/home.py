@@ -1,0 +1,72 @@
+"""The one place that knows the layout under WEIR_HOME, and confines destructive paths to it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_HOME = REPO_ROOT / ".weir"
+LAYERS = ("bronze", "silver", "quarantine", "gold", "dim", "platform")
+
+
+class PathEscapeError(ValueError):
+    """A path that would leave WEIR_HOME (through `..` or a symbolic link)."""
+
+
+@dataclass(frozen=True)
+class WeirHome:
+    """Paths under the platform root: landing, tables, checkpoints, backups, dq, airflow, logs."""
+
+    root: Path
+
+    @classmethod
+    def from_env(cls) -> WeirHome:
+        return cls(Path(os.environ.get("WEIR_HOME", DEFAULT_HOME)).expanduser().absolute())
+
+    def landing(self, pipeline: str) -> Path:
+        return self.root / "landing" / pipeline
+
+    def table(self, layer: str, name: str) -> Path:
+        if layer not in LAYERS:
+            raise ValueError(f"unknown table layer {layer!r}; expected one of {', '.join(LAYERS)}")
+        return self.root / "tables" / layer / name
+
+    @property
+    def tables(self) -> Path:
+        return self.root / "tables"
+
+    def checkpoints(self, pipeline: str) -> Path:
+        return self.root / "checkpoints" / pipeline
+
+    def backups(self, pipeline: str) -> Path:
+        return self.root / "backups" / pipeline
+
+    def control(self, pipeline: str) -> Path:
+        """Lease, heartbeat and stop-request files of a pipeline's driver."""
+        return self.root / "control" / pipeline
+
+    @property
+    def dq(self) -> Path:
+        return self.root / "dq"
+
+    @property
+    def airflow(self) -> Path:
+        return self.root / "airflow"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def confine(self, path: str | os.PathLike[str]) -> Path:
+        """Resolve `path` (relative paths are taken from the root) and refuse it unless it lies
+        inside WEIR_HOME once `..` and symbolic links are resolved."""
+        root = self.root.resolve()
+        candidate = Path(path)
+        if not candidate.is_absolute():
+            candidate = root / candidate
+        resolved = candidate.resolve()
+        if resolved != root and root not in resolved.parents:
+            raise PathEscapeError(f"refusing {path}: it resolves to {resolved}, outside WEIR_HOME {root}")
+        return resolved

@@ -1,0 +1,85 @@
+"""A pipeline's Delta tables: where they live and their schemas, derived from the transforms
+themselves (run on empty input), so the tables and the code can never disagree."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from spark_jobs.home import REPO_ROOT, WeirHome
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from spark_jobs.catalog import Pipeline
+
+
+@dataclass(frozen=True)
+class PipelineTables:
+    bronze: Path
+    silver: Path
+    quarantine: Path
+    gold: Path
+    dimension: Path | None
+
+    @classmethod
+    def of(cls, home: WeirHome, pipeline: Pipeline) -> PipelineTables:
+        dim = pipeline.dimension
+        return cls(
+            bronze=home.table("bronze", pipeline.events_table),
+            silver=home.table("silver", pipeline.events_table),
+            quarantine=home.table("quarantine", pipeline.events_table),
+            gold=home.table("gold", pipeline.gold_table),
+            dimension=home.table("dim", dim.table) if dim else None,
+        )
+
+    def named(self) -> dict[str, Path]:
+        """Layer name → path, for every table of the pipeline."""
+        out = {"bronze": self.bronze, "silver": self.silver, "quarantine": self.quarantine,
+               "gold": self.gold}
+        if self.dimension is not None:
+            out["dim"] = self.dimension
+        return out
+
+
+def read_dimension(spark: SparkSession, tables: PipelineTables) -> DataFrame | None:
+    if tables.dimension is None:
+        return None
+    return spark.read.format("delta").load(str(tables.dimension))
+
+
+def ensure_tables(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> PipelineTables:
+    """Create the pipeline's tables (and seed its dimension) if they do not exist yet."""
+    from spark_jobs import transforms
+    from spark_jobs.tables import ensure_table
+
+    tables = PipelineTables.of(home, pipeline)
+    empty_bronze = spark.createDataFrame([], transforms.BRONZE_SCHEMA)
+    parsed = transforms.parse(empty_bronze, pipeline)
+    dimension = None
+    if pipeline.dimension is not None and tables.dimension is not None:
+        _seed_dimension(spark, tables.dimension, pipeline)
+        dimension = read_dimension(spark, tables)
+    silver = transforms.silver(parsed, dimension, pipeline)
+    ensure_table(spark, tables.bronze, transforms.BRONZE_SCHEMA, ["ingest_date"])
+    ensure_table(spark, tables.quarantine, transforms.rejects(parsed).schema, ["ingest_date"])
+    ensure_table(spark, tables.silver, silver.schema, ["event_date"])
+    ensure_table(spark, tables.gold, transforms.aggregate(silver, pipeline).schema, ["event_date"])
+    return tables
+
+
+def _seed_dimension(spark: SparkSession, path: Path, pipeline: Pipeline) -> None:
+    from delta.tables import DeltaTable
+
+    dim = pipeline.dimension
+    assert dim is not None
+    if DeltaTable.isDeltaTable(spark, str(path)) or dim.seed_csv is None:
+        return
+    with open(REPO_ROOT / dim.seed_csv, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    columns = [dim.key, *dim.columns]
+    df = spark.createDataFrame([[r[c] or None for c in columns] for r in rows],
+                               ", ".join(f"{c} string" for c in columns))
+    df.write.format("delta").mode("ignore").save(str(path))

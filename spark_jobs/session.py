@@ -1,0 +1,47 @@
+"""The one SparkSession builder: Delta extensions, UTC, cached jars, a profile-chosen master."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from spark_jobs.jars import resolved_jars
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+BASE_CONF = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.streaming.stateStore.providerClass":
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    "spark.databricks.delta.schema.autoMerge.enabled": "false",
+    "spark.databricks.delta.retentionDurationCheck.enabled": "true",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
+    "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+}
+
+
+def build_session(app_name: str, *, master: str | None = None,
+                  conf: dict[str, str] | None = None) -> SparkSession:
+    """A session for Weir jobs. The master comes from the argument, else `WEIR_SPARK_MASTER`, else
+    `local[*]`; under spark-submit the submitted master wins."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    if master or not os.environ.get("SPARK_ENV_LOADED") and "spark.master" not in os.environ.get(
+            "PYSPARK_SUBMIT_ARGS", ""):
+        builder = builder.master(master or os.environ.get("WEIR_SPARK_MASTER", "local[*]"))
+    settings = {**BASE_CONF, **DELTA_CONF, "spark.jars": ",".join(resolved_jars())}
+    settings.update(conf or {})
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("WEIR_SPARK_LOG_LEVEL", "WARN"))
+    return spark

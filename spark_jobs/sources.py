@@ -1,0 +1,82 @@
+"""Streaming sources, each producing bronze-shaped rows (see `transforms.BRONZE_SCHEMA`):
+the raw record, a unique `(source, position)` and ingest metadata."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pyspark.sql import functions as F
+
+from spark_jobs.catalog import FileSource, KafkaSource
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from spark_jobs.catalog import Pipeline
+    from spark_jobs.home import WeirHome
+
+
+def read_stream(spark: SparkSession, pipeline: Pipeline, home: WeirHome) -> DataFrame:
+    source = pipeline.source
+    if isinstance(source, FileSource):
+        return _files(spark, pipeline, home, source)
+    if isinstance(source, KafkaSource):
+        return _kafka(spark, source)
+    raise TypeError(f"unknown source {source!r}")
+
+
+def _files(spark: SparkSession, pipeline: Pipeline, home: WeirHome, source: FileSource) -> DataFrame:
+    """Whole files from the landing folder, split into numbered lines. Files whose name starts
+    with `.` or `_` are ignored, so writers write there and rename when complete."""
+    landing = home.landing(pipeline.name)
+    landing.mkdir(parents=True, exist_ok=True)
+    reader = spark.readStream.format("text").option("wholetext", "true")
+    if source.max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", source.max_files_per_trigger)
+    files = reader.load(str(landing)).select(
+        F.col("_metadata.file_path").alias("source"),
+        F.split(F.col("value"), "\n").alias("lines"),
+    )
+    lines = files.select("source", F.size("lines").alias("n"), F.posexplode("lines").alias("i", "line"))
+    lines = lines.where(~((F.col("i") == F.col("n") - 1) & (F.col("line") == "")))
+    return bronze_columns(
+        lines,
+        value=F.regexp_replace("line", "\r$", ""),
+        source=F.col("source"),
+        position=(F.col("i") + 1).cast("long"),
+    )
+
+
+def _kafka(spark: SparkSession, source: KafkaSource) -> DataFrame:
+    reader = (spark.readStream.format("kafka")
+              .option("kafka.bootstrap.servers", source.bootstrap_servers)
+              .option("subscribe", source.topic)
+              .option("startingOffsets", source.starting_offsets)
+              .option("failOnDataLoss", str(source.fail_on_data_loss).lower()))
+    if source.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", source.max_offsets_per_trigger)
+    records = reader.load()
+    return bronze_columns(
+        records,
+        value=F.col("value").cast("string"),
+        source=F.format_string("kafka://%s/%d", F.col("topic"), F.col("partition")),
+        position=F.col("offset"),
+        topic=F.col("topic"),
+        partition=F.col("partition").cast("long"),
+        offset=F.col("offset"),
+        kafka_timestamp=F.col("timestamp"),
+    )
+
+
+def bronze_columns(df: DataFrame, **columns: object) -> DataFrame:
+    """Project `df` onto the bronze schema; ingest time is the micro-batch's timestamp, which
+    the offset log records, so a replayed batch gets the same value."""
+    from spark_jobs.transforms import BRONZE_SCHEMA
+
+    ingest_time = F.current_timestamp()
+    given = {**columns, "ingest_time": ingest_time, "ingest_date": F.to_date(ingest_time)}
+    out = []
+    for field in BRONZE_SCHEMA.fields:
+        column = given.get(field.name, F.lit(None))
+        out.append(column.cast(field.dataType).alias(field.name))  # type: ignore[union-attr]
+    return df.select(*out)

@@ -1,0 +1,189 @@
+"""The streaming driver of a pipeline: two queries, each exactly once through any crash.
+
+- `ingest`: source → one foreachBatch that writes bronze, quarantine and silver, every write
+  idempotent by record identity (see `tables`), so a replayed batch changes nothing;
+- `gold`: silver (a Delta stream) → watermarked event-time windows → upsert into gold, in update
+  mode, so a window is visible before it closes and late events within the watermark update it.
+
+`python -m spark_jobs.stream PIPELINE [--once]` is the spark-submit entry point; `weir run` calls
+the same `run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from spark_jobs import catalog, transforms
+from spark_jobs.home import WeirHome
+from spark_jobs.layers import PipelineTables, ensure_tables, read_dimension
+from spark_jobs.tables import in_list, insert_new, upsert
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from spark_jobs.catalog import Pipeline
+
+log = logging.getLogger(__name__)
+QUERIES = ("ingest", "gold")
+STOP_TIMEOUT_S = 60.0
+
+
+def checkpoint_location(home: WeirHome, pipeline: Pipeline, query: str) -> Path:
+    return home.checkpoints(pipeline.name) / query
+
+
+def query_name(pipeline: Pipeline, query: str) -> str:
+    return f"{pipeline.name}_{query}"
+
+
+class IngestBatch:
+    """foreachBatch of the ingest query: bronze, then quarantine and silver, from one batch."""
+
+    def __init__(self, pipeline: Pipeline, tables: PipelineTables) -> None:
+        self.pipeline = pipeline
+        self.tables = tables
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        p, t = self.pipeline, self.tables
+        started = time.monotonic()
+        batch = batch.persist()
+        parsed = transforms.parse(batch, p).persist()
+        try:
+            sources = [row[0] for row in batch.select("source").distinct().collect()]
+            if not sources:
+                return
+            by_source = in_list("source", sources)
+            insert_new(batch, t.bronze, transforms.BRONZE_KEY, prune=by_source)
+            insert_new(transforms.rejects(parsed), t.quarantine, transforms.BRONZE_KEY, prune=by_source)
+            rows = transforms.silver(parsed, read_dimension(batch.sparkSession, t), p).persist()
+            try:
+                dates = [row[0] for row in rows.select("event_date").distinct().collect()]
+                if dates:
+                    insert_new(rows, t.silver, (p.key,), prune=in_list("event_date", dates))
+            finally:
+                rows.unpersist()
+            log.info("%s ingest batch %d: %d source(s) written in %.1fs",
+                     p.name, batch_id, len(sources), time.monotonic() - started)
+        finally:
+            parsed.unpersist()
+            batch.unpersist()
+
+
+class GoldBatch:
+    """foreachBatch of the gold query: the updated windows replace their rows in gold."""
+
+    def __init__(self, pipeline: Pipeline, tables: PipelineTables) -> None:
+        self.pipeline = pipeline
+        self.tables = tables
+
+    def __call__(self, windows: DataFrame, batch_id: int) -> None:
+        windows = windows.persist()
+        try:
+            dates = [row[0] for row in windows.select("event_date").distinct().collect()]
+            if dates:
+                upsert(windows, self.tables.gold, transforms.gold_key(self.pipeline),
+                       prune=in_list("event_date", dates))
+            log.info("%s gold batch %d: %d date(s) updated", self.pipeline.name, batch_id, len(dates))
+        finally:
+            windows.unpersist()
+
+
+def start_query(spark: SparkSession, pipeline: Pipeline, home: WeirHome, tables: PipelineTables,
+                query: str, *, once: bool) -> StreamingQuery:
+    from spark_jobs.sources import read_stream
+
+    if query == "ingest":
+        stream = read_stream(spark, pipeline, home)
+        sink = stream.writeStream.foreachBatch(IngestBatch(pipeline, tables))
+    elif query == "gold":
+        silver = (spark.readStream.format("delta").option("skipChangeCommits", "true")
+                  .load(str(tables.silver)))
+        windows = transforms.aggregate(
+            silver.withWatermark(pipeline.event_time, pipeline.aggregation.watermark), pipeline)
+        sink = windows.writeStream.outputMode("update").foreachBatch(GoldBatch(pipeline, tables))
+    else:
+        raise ValueError(f"unknown query {query!r}")
+    sink = sink.trigger(availableNow=True) if once else sink.trigger(
+        processingTime=pipeline.trigger_interval)
+    return (sink.queryName(query_name(pipeline, query))
+            .option("checkpointLocation", str(checkpoint_location(home, pipeline, query)))
+            .start())
+
+
+class StreamFailedError(RuntimeError):
+    pass
+
+
+def stop_at_batch_boundary(queries: list[StreamingQuery], timeout_s: float = STOP_TIMEOUT_S) -> bool:
+    """Stop each query between two micro-batches; after `timeout_s` stop it anyway (the replay
+    of an interrupted batch is a no-op). Returns whether every stop was graceful."""
+    graceful = True
+    for query in queries:
+        deadline = time.monotonic() + timeout_s
+        while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        graceful &= not (query.isActive and query.status.get("isTriggerActive"))
+        query.stop()
+    return graceful
+
+
+def run(pipeline: Pipeline, *, once: bool = False, home: WeirHome | None = None,
+        spark: SparkSession | None = None, stop: threading.Event | None = None) -> None:
+    """Run the pipeline's queries. With `once`, process everything available through every layer
+    and return; otherwise run until `stop` is set (SIGTERM/SIGINT set it in `main`) or a query
+    fails, which raises `StreamFailedError`."""
+    from spark_jobs.session import build_session
+
+    home = home or WeirHome.from_env()
+    spark = spark or build_session(
+        f"weir-{pipeline.name}",
+        conf={"spark.sql.shuffle.partitions": str(pipeline.shuffle_partitions)})
+    tables = ensure_tables(spark, home, pipeline)
+    if once:
+        for name in QUERIES:
+            query = start_query(spark, pipeline, home, tables, name, once=True)
+            query.awaitTermination()
+            if query.exception() is not None:
+                raise StreamFailedError(f"{query.name} failed: {query.exception()}")
+        return
+    stop = stop or threading.Event()
+    queries = [start_query(spark, pipeline, home, tables, name, once=False) for name in QUERIES]
+    log.info("%s running: %s", pipeline.name, ", ".join(q.name for q in queries))
+    try:
+        while not stop.wait(0.5):
+            failed = [q for q in queries if not q.isActive]
+            if failed:
+                raise StreamFailedError(
+                    f"{failed[0].name} stopped: {failed[0].exception() or 'no error reported'}")
+    finally:
+        graceful = stop_at_batch_boundary([q for q in queries if q.isActive])
+        log.info("%s stopped (%s)", pipeline.name, "at a batch boundary" if graceful else "forced")
+
+
+def stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT, so the driver stops at a batch boundary."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m spark_jobs.stream", description=__doc__)
+    parser.add_argument("pipeline")
+    parser.add_argument("--once", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    run(catalog.load(args.pipeline), once=args.once, stop=stop_on_signals())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

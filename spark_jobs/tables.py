@@ -1,0 +1,127 @@
+"""Delta writers, one per kind of table write. Every write is idempotent by record identity, so a
+replayed micro-batch (after a crash, or after a checkpoint restore) changes nothing:
+
+- `insert_new`: insert the rows whose key is not in the table yet (bronze, quarantine, silver);
+- `upsert`: set the row of each key (gold windows, whose values are complete aggregates);
+- `replace_partitions`: swap exactly the given partitions (back-fill).
+
+Concurrent commits (stream + back-fill + compaction) are retried within a bound, never lost.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+MAX_ATTEMPTS = 8
+
+
+def retry_conflicts(action: Callable[[], T], *, what: str, attempts: int = MAX_ATTEMPTS) -> T:
+    """Run `action`, retrying Delta's concurrent-modification conflicts with backoff."""
+    from delta.exceptions import DeltaConcurrentModificationException
+
+    for attempt in range(1, attempts + 1):
+        try:
+            return action()
+        except DeltaConcurrentModificationException as err:
+            if attempt == attempts:
+                raise
+            delay = min(0.2 * 2 ** attempt, 5.0)
+            log.warning("%s: concurrent commit (%s), retry %d/%d in %.1fs",
+                        what, type(err).__name__, attempt, attempts - 1, delay)
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def ensure_table(spark: SparkSession, path: Path, schema: StructType,
+                 partition_by: Iterable[str] = ()) -> None:
+    """Create the Delta table at `path` with `schema` unless it exists."""
+    from delta.tables import DeltaTable
+
+    if DeltaTable.isDeltaTable(spark, str(path)):
+        return
+    builder = DeltaTable.createIfNotExists(spark).location(str(path)).addColumns(schema)
+    partitions = list(partition_by)
+    if partitions:
+        builder = builder.partitionedBy(*partitions)
+    retry_conflicts(builder.execute, what=f"create {path}")
+
+
+def sql_literal(value: object) -> str:
+    """A Python value as a Spark SQL literal (strings, dates, integers)."""
+    if isinstance(value, bool) or value is None:
+        raise TypeError(f"no SQL literal for {value!r}")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, datetime.date):
+        return f"DATE'{value.isoformat()}'"
+    text = str(value).replace("\\", "\\\\").replace("'", "\\'")
+    return f"'{text}'"
+
+
+def in_list(column: str, values: Iterable[object]) -> str:
+    """`t.column IN (...)` as SQL, for partition pruning of the MERGE target."""
+    vals = sorted(set(values), key=str)
+    if not vals:
+        return "false"
+    return f"t.`{column}` IN ({', '.join(sql_literal(v) for v in vals)})"
+
+
+def insert_new(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | None = None) -> None:
+    """Insert rows of `df` whose key is not yet in the table (`df` must be unique by key).
+    `prune` is a SQL predicate on the target `t` that bounds where a key can already be."""
+    from delta.tables import DeltaTable
+
+    condition = " AND ".join([f"t.`{k}` = s.`{k}`" for k in key] + ([prune] if prune else []))
+
+    def merge() -> None:
+        (DeltaTable.forPath(df.sparkSession, str(path)).alias("t")
+         .merge(df.alias("s"), condition).whenNotMatchedInsertAll().execute())
+
+    retry_conflicts(merge, what=f"insert into {path}")
+
+
+def upsert(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | None = None) -> None:
+    """Set the row of every key of `df` (null-safe keys), inserting the new ones."""
+    from delta.tables import DeltaTable
+
+    condition = " AND ".join([f"t.`{k}` <=> s.`{k}`" for k in key] + ([prune] if prune else []))
+
+    def merge() -> None:
+        (DeltaTable.forPath(df.sparkSession, str(path)).alias("t")
+         .merge(df.alias("s"), condition)
+         .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+
+    retry_conflicts(merge, what=f"upsert into {path}")
+
+
+def replace_partitions(compute: Callable[[], DataFrame], path: Path, predicate: str) -> bool:
+    """Replace the rows matching `predicate` with `compute()`, unless they are equal already.
+    `compute` is called again on a conflict, so a retry sees what the other writer committed.
+    Returns whether a commit was made."""
+
+    def replace() -> bool:
+        new = compute().persist()
+        try:
+            spark = new.sparkSession
+            old = spark.read.format("delta").load(str(path)).where(predicate)
+            if new.exceptAll(old).isEmpty() and old.exceptAll(new).isEmpty():
+                return False
+            (new.write.format("delta").mode("overwrite").option("replaceWhere", predicate)
+             .save(str(path)))
+            return True
+        finally:
+            new.unpersist()
+
+    return retry_conflicts(replace, what=f"replace {predicate} in {path}")

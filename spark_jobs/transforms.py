@@ -1,0 +1,193 @@
+"""Pure transforms shared by the stream and the back-fill: `DataFrame -> DataFrame`, no I/O.
+
+bronze ──parse──► parsed ──rejects──► quarantine rows
+                     └──valid──derive──dedupe──enrich──► silver rows ──aggregate──► gold rows
+
+Every rule comes from the pipeline's catalog entry. Validation collects every reason a record
+fails (not only the first), so a quarantined line tells the whole story at once.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    DateType, LongType, StringType, StructField, StructType, TimestampType,
+)
+
+if TYPE_CHECKING:
+    from spark_jobs.catalog import Field, Pipeline
+
+MAX_RECORD_CHARS = 1_000_000
+CORRUPT = "_corrupt_record"
+REASON = "_reject_reason"
+LINEAGE = ("_source", "_position", "_ingest_time")
+ISO_8601 = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}(:?\d{2})?)$"
+INTEGER = r"^-?\d+$"
+NUMBER = r"^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$"
+
+BRONZE_SCHEMA = StructType([
+    StructField("value", StringType()),
+    StructField("source", StringType(), False),
+    StructField("position", LongType(), False),
+    StructField("topic", StringType()),
+    StructField("partition", LongType()),
+    StructField("offset", LongType()),
+    StructField("kafka_timestamp", TimestampType()),
+    StructField("ingest_time", TimestampType(), False),
+    StructField("ingest_date", DateType(), False),
+])
+BRONZE_KEY = ("source", "position")
+
+
+def _raw_schema(pipeline: Pipeline) -> StructType:
+    """Every contract field read as its JSON text, so that a wrong type is seen, not nulled."""
+    return StructType(
+        [StructField(f.name, StringType()) for f in pipeline.fields]
+        + [StructField(CORRUPT, StringType())]
+    )
+
+
+def _field_reasons(f: Field) -> tuple[list[Column], Column]:
+    """(reasons this field can give, its typed value) for one contract field."""
+    raw = F.col(f"_raw.{f.name}")
+    present = raw.isNotNull() & (F.trim(raw) != "")
+    reasons: list[Column] = []
+    if f.required:
+        reasons.append(F.when(~present, F.lit(f"missing field {f.name}")))
+    if f.type == "string":
+        typed = F.when(present, raw)
+    elif f.type == "timestamp":
+        ok = raw.rlike(ISO_8601)
+        typed = F.when(present & ok, F.try_to_timestamp(raw))
+        reasons.append(F.when(present & typed.isNull(),
+                              F.concat(F.lit(f"bad timestamp {f.name}: "), raw)))
+    else:
+        pattern, sql_type = (INTEGER, "bigint") if f.type == "integer" else (NUMBER, "double")
+        well_formed = raw.rlike(pattern)
+        typed = F.when(present & well_formed, F.expr(f"try_cast(_raw.`{f.name}` AS {sql_type})"))
+        reasons.append(F.when(present & ~well_formed,
+                              F.concat(F.lit(f"{f.name} is not {'an' if f.type == 'integer' else 'a'} "
+                                             f"{f.type}: "), raw)))
+        in_range = typed.isNotNull()
+        if f.minimum is not None:
+            in_range = in_range & (typed >= F.lit(f.minimum))
+        if f.maximum is not None:
+            in_range = in_range & (typed <= F.lit(f.maximum))
+        bounds = f"[{'' if f.minimum is None else _num(f.minimum)}..{'' if f.maximum is None else _num(f.maximum)}]"
+        reasons.append(F.when(present & well_formed & ~in_range,
+                              F.concat(F.lit(f"{f.name} out of range {bounds}: "), raw)))
+    if f.allowed is not None:
+        reasons.append(F.when(present & ~raw.isin(*f.allowed),
+                              F.concat(F.lit(f"unknown {f.name}: "), raw)))
+    return reasons, typed
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def parse(bronze: DataFrame, pipeline: Pipeline) -> DataFrame:
+    """Bronze rows → lineage, raw text, typed contract fields and `_reject_reason` (null = valid)."""
+    value = F.col("value")
+    parsed = bronze.select(
+        F.col("source").alias("_source"),
+        F.col("position").alias("_position"),
+        F.col("ingest_time").alias("_ingest_time"),
+        value,
+        F.from_json(value, _raw_schema(pipeline),
+                    {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}).alias("_raw"),
+    )
+    typed_cols, field_reasons = [], []
+    for f in pipeline.fields:
+        reasons, typed = _field_reasons(f)
+        field_reasons.extend(reasons)
+        typed_cols.append(typed.alias(f.name))
+    not_object = ~F.ltrim(value).startswith("{")
+    structural = (
+        F.when(value.isNull() | (F.trim(value) == ""), F.lit("empty line"))
+        .when(F.length(value) > MAX_RECORD_CHARS,
+              F.lit(f"record larger than {MAX_RECORD_CHARS} characters"))
+        .when(F.ltrim(value).startswith("["), F.lit("malformed JSON: not an object"))
+        .when(not_object | F.col(f"_raw.{CORRUPT}").isNotNull() | F.col("_raw").isNull(),
+              F.lit("malformed JSON"))
+    )
+    reason = F.coalesce(structural, F.nullif(F.concat_ws("; ", *field_reasons), F.lit("")))
+    return parsed.select(*LINEAGE, "value", *typed_cols, reason.alias(REASON))
+
+
+def rejects(parsed: DataFrame) -> DataFrame:
+    """Quarantine rows: the raw line, where it came from, and why it was refused."""
+    return parsed.where(F.col(REASON).isNotNull()).select(
+        F.col("_source").alias("source"),
+        F.col("_position").alias("position"),
+        "value",
+        F.col(REASON).alias("reason"),
+        F.col("_ingest_time").alias("ingest_time"),
+        F.to_date("_ingest_time").alias("ingest_date"),
+    )
+
+
+def valid(parsed: DataFrame) -> DataFrame:
+    return parsed.where(F.col(REASON).isNull()).drop(REASON, "value")
+
+
+def derive(events: DataFrame, pipeline: Pipeline) -> DataFrame:
+    """Catalog-declared derived columns and the UTC `event_date` partition column."""
+    out = events
+    for name, expression in pipeline.derived.items():
+        out = out.withColumn(name, F.expr(expression))
+    return out.withColumn("event_date", F.to_date(pipeline.event_time))
+
+
+def dedupe(events: DataFrame, key: str) -> DataFrame:
+    """One row per `key`: the first ingested (by ingest time, source, position), deterministic
+    whatever the batching, so the stream and a back-fill keep the same row."""
+    order = [F.col(c).alias(f"_order{i}") for i, c in enumerate(("_ingest_time", "_source", "_position"))]
+    others = [c for c in events.columns if c != key]
+    first = F.min(F.struct(*order, *[F.col(c).alias(c) for c in others])).alias("_first")
+    return events.groupBy(key).agg(first).select(key, *[F.col(f"_first.{c}").alias(c) for c in others])
+
+
+def enrich(events: DataFrame, dimension: DataFrame | None, pipeline: Pipeline) -> DataFrame:
+    """Left-join the dimension's columns (unknown keys give nulls)."""
+    d = pipeline.dimension
+    if d is None:
+        return events
+    if dimension is None:
+        return events.select("*", *[F.lit(None).cast("string").alias(c) for c in d.columns])
+    return events.join(F.broadcast(dimension.select(d.key, *d.columns)), on=d.key, how="left")
+
+
+def silver(parsed: DataFrame, dimension: DataFrame | None, pipeline: Pipeline) -> DataFrame:
+    """Valid, typed, unique, enriched events in the silver column order."""
+    out = enrich(dedupe(derive(valid(parsed), pipeline), pipeline.key), dimension, pipeline)
+    contract = [f.name for f in pipeline.fields]
+    extra = list(pipeline.derived) + (list(pipeline.dimension.columns) if pipeline.dimension else [])
+    return out.select(*contract, *extra, "event_date", *LINEAGE)
+
+
+def aggregate(events: DataFrame, pipeline: Pipeline) -> DataFrame:
+    """Gold rows: event-time windows × group keys with the catalog's measures. Works on a batch
+    DataFrame and on a watermarked stream alike."""
+    agg = pipeline.aggregation
+    source = events
+    for name, expression in agg.explode.items():
+        source = source.withColumn(name, F.explode(F.expr(expression)))
+    window = (F.window(pipeline.event_time, agg.window, agg.slide) if agg.slide
+              else F.window(pipeline.event_time, agg.window))
+    grouped = source.groupBy(window.alias("window"), *agg.group_by).agg(
+        *[F.expr(expression).alias(name) for name, expression in agg.measures.items()])
+    return grouped.select(
+        F.col("window.start").alias("window_start"),
+        F.col("window.end").alias("window_end"),
+        *agg.group_by,
+        *agg.measures,
+        F.to_date("window.start").alias("event_date"),
+    )
+
+
+def gold_key(pipeline: Pipeline) -> tuple[str, ...]:
+    return ("window_start", *pipeline.aggregation.group_by)

@@ -1,0 +1,40 @@
+"""One tuned, session-scoped SparkSession for the whole run, and a fresh WEIR_HOME per test."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.home import WeirHome
+
+os.environ.setdefault("WEIR_SPARK_LOG_LEVEL", "ERROR")
+REPO = Path(__file__).resolve().parent.parent
+os.environ.setdefault("PYSPARK_PYTHON", str(REPO / ".venv" / "bin" / "python"))
+TEST_CONF = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.ui.enabled": "false",
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
+    "spark.driver.memory": "2g",
+}
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from spark_jobs.session import build_session
+
+    session = build_session("weir-tests", master="local[2]", conf=TEST_CONF)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[WeirHome]:
+    root = tmp_path / "weir"
+    root.mkdir()
+    monkeypatch.setenv("WEIR_HOME", str(root))
+    yield WeirHome(root)

@@ -1,0 +1,142 @@
+"""The pure transforms, on small hand-made DataFrames: every kind of malformed input, dedupe,
+enrichment, late events and the gold measures."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
+
+from spark_jobs import catalog, transforms
+
+PLAYBACK = catalog.load("playback")
+T0 = dt.datetime(2026, 11, 20, 10, 0)
+GOOD = {"event_id": "e1", "session_id": "s1", "user_id": "u1", "content_id": "c001",
+        "event_type": "start", "event_time": "2026-11-20T10:00:05Z"}
+
+
+def bronze(spark, *lines, source="f1", ingest=T0):
+    rows = [(line, source, i + 1, None, None, None, None, ingest, ingest.date())
+            for i, line in enumerate(lines)]
+    return spark.createDataFrame(rows, transforms.BRONZE_SCHEMA)
+
+
+def reasons(spark, *lines):
+    parsed = transforms.parse(bronze(spark, *lines), PLAYBACK)
+    return [r.reason for r in transforms.rejects(parsed).orderBy("position").collect()]
+
+
+def with_(**changes):
+    event = {**GOOD, **changes}
+    return json.dumps({k: v for k, v in event.items() if v is not ...})
+
+
+@pytest.mark.parametrize(("line", "reason"), [
+    ('{"event_id": "e1", ', "malformed JSON"),
+    ("not json at all", "malformed JSON"),
+    ('["an", "array"]', "malformed JSON: not an object"),
+    ("", "empty line"),
+    (with_(event_id=...), "missing field event_id"),
+    (with_(session_id=""), "missing field session_id"),
+    (with_(user_id=None), "missing field user_id"),
+    (with_(content_id=...), "missing field content_id"),
+    (with_(event_type=...), "missing field event_type"),
+    (with_(event_time=...), "missing field event_time"),
+    (with_(event_type="rewind"), "unknown event_type: rewind"),
+    (with_(event_time="20/11/2026 10:00"), "bad timestamp event_time: 20/11/2026 10:00"),
+    (with_(event_time="2026-11-20T10:00:00"), "bad timestamp event_time: 2026-11-20T10:00:00"),
+    (with_(event_time="2026-13-45T10:00:00Z"), "bad timestamp event_time: 2026-13-45T10:00:00Z"),
+    (with_(bitrate_kbps=100_001), "bitrate_kbps out of range [0..100000]: 100001"),
+    (with_(bitrate_kbps=-1), "bitrate_kbps out of range [0..100000]: -1"),
+    (with_(bitrate_kbps=12.5), "bitrate_kbps is not an integer: 12.5"),
+    (with_(bitrate_kbps="fast"), "bitrate_kbps is not an integer: fast"),
+    (with_(bitrate_kbps=True), "bitrate_kbps is not an integer: true"),
+    (with_(buffer_ms=-5), "buffer_ms out of range [0..]: -5"),
+    (with_(buffer_ms=99999999999999999999999), "buffer_ms out of range [0..]: 99999999999999999999999"),
+    (with_(position_s="far"), "position_s is not a number: far"),
+    (with_(position_s=-0.5), "position_s out of range [0..]: -0.5"),
+])
+def test_each_kind_of_bad_input_is_quarantined_with_its_reason(spark, line, reason):
+    assert reasons(spark, line) == [reason]
+
+
+def test_every_reason_of_a_record_is_given_at_once(spark):
+    line = with_(event_id=..., event_type="rewind", bitrate_kbps="x")
+    assert reasons(spark, line) == [
+        "missing field event_id; unknown event_type: rewind; bitrate_kbps is not an integer: x"]
+
+
+def test_oversized_record_is_quarantined(spark):
+    line = with_(device="x" * (transforms.MAX_RECORD_CHARS + 1))
+    assert reasons(spark, line) == [f"record larger than {transforms.MAX_RECORD_CHARS} characters"]
+
+
+def test_valid_event_is_typed_in_utc_and_extra_fields_are_ignored(spark):
+    line = with_(event_time="2026-11-20T23:30:00.250+02:00", bitrate_kbps=4500, buffer_ms=0,
+                 position_s=12.5, surprise={"nested": 1})
+    parsed = transforms.parse(bronze(spark, line), PLAYBACK)
+    assert reasons(spark, line) == []
+    row = transforms.silver(parsed, None, PLAYBACK).collect()[0]
+    assert row.event_time == dt.datetime(2026, 11, 20, 21, 30, 0, 250000)
+    assert row.event_date == dt.date(2026, 11, 20)
+    assert (row.bitrate_kbps, row.buffer_ms, row.position_s) == (4500, 0, 12.5)
+    assert "surprise" not in parsed.columns
+
+
+def test_late_events_are_valid(spark):
+    line = with_(event_time="2026-11-10T08:00:00Z")
+    parsed = transforms.parse(bronze(spark, line), PLAYBACK)
+    assert transforms.silver(parsed, None, PLAYBACK).count() == 1
+
+
+def test_dedupe_keeps_the_first_ingested_copy_whatever_the_order(spark):
+    first = bronze(spark, with_(device="tv"), source="a", ingest=T0)
+    later = bronze(spark, with_(device="web"), with_(device="mobile"), source="b",
+                   ingest=T0 + dt.timedelta(days=2))
+    for frame in (first.unionByName(later), later.unionByName(first)):
+        rows = transforms.silver(transforms.parse(frame, PLAYBACK), None, PLAYBACK).collect()
+        assert [(r.event_id, r.device, r._source) for r in rows] == [("e1", "tv", "a")]
+
+
+def test_enrichment_gives_nulls_for_unknown_content(spark):
+    dim = spark.createDataFrame([("c001", "Paper Tide", "drama")], "content_id string, title string, genre string")
+    lines = [with_(event_id="e1"), with_(event_id="e2", content_id="c999")]
+    rows = transforms.silver(transforms.parse(bronze(spark, *lines), PLAYBACK), dim, PLAYBACK)
+    got = {r.event_id: (r.title, r.genre) for r in rows.collect()}
+    assert got == {"e1": ("Paper Tide", "drama"), "e2": (None, None)}
+
+
+def test_gold_measures_per_minute_content_and_cdn(spark):
+    events = [
+        with_(event_id="a", event_type="start", cdn="akamai", bitrate_kbps=1000),
+        with_(event_id="b", event_type="buffer_end", cdn="akamai", buffer_ms=700, bitrate_kbps=3000),
+        with_(event_id="c", event_type="error", cdn="akamai", session_id="s2"),
+        with_(event_id="d", event_type="start", cdn=..., event_time="2026-11-20T10:00:59Z"),
+        with_(event_id="e", event_type="heartbeat", cdn="akamai", event_time="2026-11-20T10:01:00Z"),
+    ]
+    silver = transforms.silver(transforms.parse(bronze(spark, *events), PLAYBACK), None, PLAYBACK)
+    gold = transforms.aggregate(silver, PLAYBACK).drop("window_end")
+    expected = spark.createDataFrame([
+        (T0, "c001", "akamai", 3, 1, 1, 700, 2000.0, 2, T0.date()),
+        (T0, "c001", None, 1, 1, 0, 0, None, 1, T0.date()),
+        (T0 + dt.timedelta(minutes=1), "c001", "akamai", 1, 0, 0, 0, None, 1, T0.date()),
+    ], gold.schema)
+    assertDataFrameEqual(gold, expected, checkRowOrder=False)
+
+
+def test_hashtags_pipeline_counts_over_sliding_windows(spark):
+    hashtags = catalog.load("hashtags")
+    posts = [json.dumps({"post_id": "p1", "user_id": "u1", "text": "go #Spark #delta",
+                         "event_time": "2026-11-20T10:05:30Z"}),
+             json.dumps({"post_id": "p2", "user_id": "u2", "text": "#spark rocks",
+                         "event_time": "2026-11-20T10:07:00Z"})]
+    silver = transforms.silver(transforms.parse(bronze(spark, *posts), hashtags), None, hashtags)
+    gold = transforms.aggregate(silver, hashtags)
+    spark_windows = gold.where(F.col("hashtag") == "spark")
+    # each post falls into 10 sliding windows; both posts share 8 of them (10:-2..10:05 starts)
+    assert spark_windows.count() == 12
+    assert spark_windows.where("posts = 2").count() == 8
+    assert gold.where(F.col("hashtag") == "delta").agg(F.sum("posts")).first()[0] == 10
