@@ -1,0 +1,66 @@
+"""Append-only Delta tables of the platform itself (`tables/platform/...`), written with delta-rs
+(`deltalake`), so Airflow tasks, triggers and listener threads write them without a JVM; Spark
+reads them like any other Delta table.
+
+Appends never conflict logically, but two writers may race on the same table version (or on
+creating the table); delta-rs retries commit conflicts itself and `append` adds a bounded retry
+around the whole write for the creation race.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = logging.getLogger(__name__)
+MAX_ATTEMPTS = 6
+COMMIT_RETRIES = 20
+
+
+def append(path: Path, rows: list[dict[str, Any]], schema: pa.Schema) -> None:
+    """Append `rows` (dicts following `schema`) to the Delta table at `path`, creating it first
+    if needed; retries a bounded number of times on commit conflicts."""
+    import pyarrow as pa
+    from deltalake import CommitProperties, write_deltalake
+    from deltalake.exceptions import CommitFailedError, DeltaError
+
+    if not rows:
+        return
+    data = pa.Table.from_pylist(rows, schema=schema)
+    path.mkdir(parents=True, exist_ok=True)
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        try:
+            write_deltalake(str(path), data, mode="append",
+                            commit_properties=CommitProperties(max_commit_retries=COMMIT_RETRIES))
+            return
+        except (CommitFailedError, DeltaError, OSError) as err:
+            if attempt == MAX_ATTEMPTS:
+                raise
+            pause = min(2.0, 0.05 * 2 ** attempt) * (0.5 + random.random())
+            log.info("append to %s conflicted (attempt %d/%d, retry in %.2fs): %s",
+                     path, attempt, MAX_ATTEMPTS, pause, err)
+            time.sleep(pause)
+
+
+def read(path: Path, *, equals: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """All rows of the table at `path` (none if it does not exist yet), optionally only those
+    whose columns equal the given values."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        table = DeltaTable(str(path))
+    except TableNotFoundError:
+        return []
+    filters = [(column, "=", value) for column, value in (equals or {}).items()] or None
+    return table.to_pyarrow_table(filters=filters).to_pylist()
+
+
+def exists(path: Path) -> bool:
+    return (path / "_delta_log").is_dir() and any((path / "_delta_log").glob("*.json"))
