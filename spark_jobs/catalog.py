@@ -43,13 +43,19 @@ class FileSource:
 
 @dataclass(frozen=True)
 class KafkaSource:
-    """A Kafka topic; security options come from the environment or an Airflow connection."""
+    """A Kafka topic. `bootstrap_servers` may be `local` (the development broker of infra/kafka);
+    security settings come from the Airflow connection `connection` or the environment (see
+    `spark_jobs.kafka`), never from the catalog. `max_offsets_per_trigger` bounds a micro-batch
+    (back-pressure); `fail_on_data_loss=False` is an explicit opt-in to skip offsets that are
+    gone (retention, deleted topic). `partitions` is used when `weir produce` creates the topic."""
 
     topic: str
     bootstrap_servers: str = "127.0.0.1:9092"
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int | None = None
     fail_on_data_loss: bool = True
+    connection: str | None = None
+    partitions: int = 3
     kind: Literal["kafka"] = "kafka"
 
 

@@ -59,6 +59,11 @@ class WeirHome:
     def logs(self) -> Path:
         return self.root / "logs"
 
+    @property
+    def kafka(self) -> Path:
+        """Data, configuration and state of the local development Kafka broker."""
+        return self.root / "kafka"
+
     def confine(self, path: str | os.PathLike[str]) -> Path:
         """Resolve `path` (relative paths are taken from the root) and refuse it unless it lies
         inside WEIR_HOME once `..` and symbolic links are resolved."""

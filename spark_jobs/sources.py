@@ -3,6 +3,7 @@ the raw record, a unique `(source, position)` and ingest metadata."""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
@@ -15,13 +16,15 @@ if TYPE_CHECKING:
     from spark_jobs.catalog import Pipeline
     from spark_jobs.home import WeirHome
 
+log = logging.getLogger(__name__)
+
 
 def read_stream(spark: SparkSession, pipeline: Pipeline, home: WeirHome) -> DataFrame:
     source = pipeline.source
     if isinstance(source, FileSource):
         return _files(spark, pipeline, home, source)
     if isinstance(source, KafkaSource):
-        return _kafka(spark, source)
+        return _kafka(spark, pipeline, home, source)
     raise TypeError(f"unknown source {source!r}")
 
 
@@ -47,15 +50,19 @@ def _files(spark: SparkSession, pipeline: Pipeline, home: WeirHome, source: File
     )
 
 
-def _kafka(spark: SparkSession, source: KafkaSource) -> DataFrame:
-    reader = (spark.readStream.format("kafka")
-              .option("kafka.bootstrap.servers", source.bootstrap_servers)
-              .option("subscribe", source.topic)
-              .option("startingOffsets", source.starting_offsets)
-              .option("failOnDataLoss", str(source.fail_on_data_loss).lower()))
-    if source.max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", source.max_offsets_per_trigger)
-    records = reader.load()
+def _kafka(spark: SparkSession, pipeline: Pipeline, home: WeirHome, source: KafkaSource) -> DataFrame:
+    """Records of the pipeline's topic; `(source, position)` is `kafka://topic/partition` and the
+    offset. The brokers are checked first, so an unreachable cluster or a missing topic fails the
+    start with a clear message instead of a hang (the restart policy takes it from there)."""
+    from spark_jobs import kafka
+
+    conn = kafka.connection(source, home=home)
+    count = kafka.partitions(conn, source.topic)
+    options = kafka.source_options(home, pipeline, source, conn)
+    log.info("%s reads Kafka topic %s (%d partitions) from %s, max %s offsets per batch",
+             pipeline.name, source.topic, count, conn.describe(),
+             source.max_offsets_per_trigger or "all")
+    records = spark.readStream.format("kafka").options(**options).load()
     return bronze_columns(
         records,
         value=F.col("value").cast("string"),
