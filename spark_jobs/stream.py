@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
     from spark_jobs.catalog import Pipeline
+    from spark_jobs.control.heartbeat import DriverMonitor
 
 log = logging.getLogger(__name__)
 QUERIES = ("ingest", "gold")
@@ -137,24 +138,38 @@ def stop_at_batch_boundary(queries: list[StreamingQuery], timeout_s: float = STO
 def run(pipeline: Pipeline, *, once: bool = False, home: WeirHome | None = None,
         spark: SparkSession | None = None, stop: threading.Event | None = None) -> None:
     """Run the pipeline's queries. With `once`, process everything available through every layer
-    and return; otherwise run until `stop` is set (SIGTERM/SIGINT set it in `main`) or a query
-    fails, which raises `StreamFailedError`."""
+    and return; otherwise run until `stop` is set (SIGTERM/SIGINT set it in `main`, a stop request
+    from the control plane too) or a query fails, which raises `StreamFailedError`.
+
+    The driver first takes the pipeline's lease (`LeaseHeldError` when another driver is alive),
+    and publishes a heartbeat and per-batch progress while it runs (see `spark_jobs.control`)."""
+    from spark_jobs.control import lease as leases
+    from spark_jobs.control.heartbeat import DriverMonitor
     from spark_jobs.session import build_session
 
     home = home or WeirHome.from_env()
-    spark = spark or build_session(
-        f"weir-{pipeline.name}",
-        conf={"spark.sql.shuffle.partitions": str(pipeline.shuffle_partitions)})
+    stop = stop or threading.Event()
+    with leases.acquire(home, pipeline.name) as lease:
+        spark = spark or build_session(
+            f"weir-{pipeline.name}",
+            conf={"spark.sql.shuffle.partitions": str(pipeline.shuffle_partitions)})
+        with DriverMonitor(spark, home, lease, stop) as monitor:
+            _run_queries(spark, pipeline, home, once=once, stop=stop, monitor=monitor)
+
+
+def _run_queries(spark: SparkSession, pipeline: Pipeline, home: WeirHome, *, once: bool,
+                 stop: threading.Event, monitor: DriverMonitor) -> None:
     tables = ensure_tables(spark, home, pipeline)
     if once:
         for name in QUERIES:
             query = start_query(spark, pipeline, home, tables, name, once=True)
+            monitor.watch([query])
             query.awaitTermination()
             if query.exception() is not None:
                 raise StreamFailedError(f"{query.name} failed: {query.exception()}")
         return
-    stop = stop or threading.Event()
     queries = [start_query(spark, pipeline, home, tables, name, once=False) for name in QUERIES]
+    monitor.watch(queries)
     log.info("%s running: %s", pipeline.name, ", ".join(q.name for q in queries))
     try:
         while not stop.wait(0.5):
@@ -163,6 +178,7 @@ def run(pipeline: Pipeline, *, once: bool = False, home: WeirHome | None = None,
                 raise StreamFailedError(
                     f"{failed[0].name} stopped: {failed[0].exception() or 'no error reported'}")
     finally:
+        monitor.state = "stopping"
         graceful = stop_at_batch_boundary([q for q in queries if q.isActive])
         log.info("%s stopped (%s)", pipeline.name, "at a batch boundary" if graceful else "forced")
 
@@ -181,7 +197,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--once", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    run(catalog.load(args.pipeline), once=args.once, stop=stop_on_signals())
+    from spark_jobs.control.lease import LeaseHeldError
+
+    try:
+        run(catalog.load(args.pipeline), once=args.once, stop=stop_on_signals())
+    except LeaseHeldError as err:
+        log.error("refusing to start: %s", err)
+        return 3
     return 0
 
 

@@ -1,0 +1,173 @@
+"""The driver's side of supervision: heartbeat, progress listener and stop requests.
+
+`DriverMonitor` runs inside the streaming driver while it holds the lease. Every second its thread
+writes `control/<P>/heartbeat.json` (atomically: temp file + rename) with the driver's pid and,
+per query, the last batch id, the time of the last progress and whether a trigger is running and
+since when — what the supervisor needs to tell RUNNING from STALLED. The same thread polls
+`control/<P>/stop-request.json`: a request addressed to this driver sets the stop event, and the
+driver stops its queries at a batch boundary.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spark_jobs.control import progress as progress_table
+from spark_jobs.control.lease import (
+    Lease,
+    heartbeat_path,
+    iso,
+    now_utc,
+    parse_iso,
+    read_json,
+    write_json_atomically,
+)
+from spark_jobs.home import WeirHome
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger(__name__)
+HEARTBEAT_EVERY_S = 1.0
+
+
+def stop_request_path(home: WeirHome, pipeline: str) -> Path:
+    return home.control(pipeline) / "stop-request.json"
+
+
+def read_heartbeat(home: WeirHome, pipeline: str) -> dict[str, Any] | None:
+    return read_json(heartbeat_path(home, pipeline))
+
+
+def heartbeat_age_s(beat: dict[str, Any] | None) -> float | None:
+    if not beat or not beat.get("at"):
+        return None
+    return (now_utc() - parse_iso(beat["at"])).total_seconds()
+
+
+def stop_requested_for(home: WeirHome, lease: Lease) -> dict[str, Any] | None:
+    """The stop request addressed to this lease holder (by token, or to whoever holds the lease
+    when it was made after this lease was taken)."""
+    request = read_json(stop_request_path(home, lease.pipeline))
+    if not request:
+        return None
+    token = request.get("token")
+    if token == lease.token:
+        return request
+    if token is None and parse_iso(request["requested_at"]) >= parse_iso(lease.record.acquired_at):
+        return request
+    return None
+
+
+class DriverMonitor:
+    """Listener + heartbeat + stop-request polling for one driver holding `lease`."""
+
+    def __init__(self, spark: SparkSession, home: WeirHome, lease: Lease,
+                 stop: threading.Event | None = None, every_s: float = HEARTBEAT_EVERY_S) -> None:
+        self.spark = spark
+        self.home = home
+        self.lease = lease
+        self.stop = stop
+        self.every_s = every_s
+        self.started_at = iso(now_utc())
+        self.queries: list[StreamingQuery] = []
+        self.state = "starting"
+        self._per_query: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._writer = progress_table.ProgressWriter(home)
+        self._listener: Any = None
+        self._thread = threading.Thread(target=self._loop, name="weir-heartbeat", daemon=True)
+
+    @property
+    def pipeline(self) -> str:
+        return self.lease.pipeline
+
+    def __enter__(self) -> DriverMonitor:
+        self._writer.start()
+        self._listener = progress_table.make_listener(self.pipeline, self._writer, self._on_progress)
+        self.spark.streams.addListener(self._listener)
+        self.beat()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._closed.set()
+        self._thread.join(5.0)
+        try:
+            self.spark.streams.removeListener(self._listener)
+        except Exception:  # the JVM may already be gone when the driver is torn down
+            log.debug("%s: listener not removed", self.pipeline, exc_info=True)
+        self._writer.close()
+        self.state = "stopped"
+        self.beat()
+
+    def watch(self, queries: list[StreamingQuery]) -> None:
+        """Report these queries in the heartbeat (the driver calls it once they are started)."""
+        self.queries = list(queries)
+        self.state = "running"
+
+    def _on_progress(self, progress: dict[str, Any]) -> None:
+        name = progress.get("name") or progress.get("id")
+        with self._lock:
+            entry = self._per_query.setdefault(name, {})
+            entry["last_batch_id"] = progress.get("batchId")
+            entry["last_progress_at"] = progress.get("timestamp")
+            entry["last_input_rows"] = progress.get("numInputRows")
+            entry["progress_seen_at"] = iso(now_utc())
+
+    def _query_states(self) -> dict[str, dict[str, Any]]:
+        now = iso(now_utc())
+        with self._lock:
+            states = {name: dict(entry) for name, entry in self._per_query.items()}
+        for query in self.queries:
+            name = query.name or query.id
+            entry = states.setdefault(name, {})
+            try:
+                status = query.status
+                active = query.isActive
+            except Exception:  # a py4j error means the JVM side is going away
+                status, active = {}, False
+            previous = self._per_query.get(name, {})
+            trigger_active = bool(status.get("isTriggerActive"))
+            since = previous.get("trigger_active_since") if trigger_active else None
+            if trigger_active and since is None:
+                since = now
+            with self._lock:
+                self._per_query.setdefault(name, {})["trigger_active_since"] = since
+            entry.update(active=active, is_trigger_active=trigger_active, trigger_active_since=since,
+                         is_data_available=bool(status.get("isDataAvailable")),
+                         message=status.get("message"))
+        return states
+
+    def beat(self) -> None:
+        """Write the heartbeat once (atomic rename)."""
+        payload = {
+            "pipeline": self.pipeline, "pid": os.getpid(), "host": self.lease.record.host,
+            "token": self.lease.token, "at": iso(now_utc()), "started_at": self.started_at,
+            "state": self.state, "queries": self._query_states(),
+        }
+        write_json_atomically(heartbeat_path(self.home, self.pipeline), payload)
+
+    def _loop(self) -> None:
+        while not self._closed.wait(self.every_s):
+            try:
+                self.beat()
+                request = stop_requested_for(self.home, self.lease)
+                if request and self.stop is not None and not self.stop.is_set():
+                    log.info("%s: stop requested by %s (%s); stopping at a batch boundary",
+                             self.pipeline, request.get("actor"), request.get("reason") or "no reason")
+                    self.state = "stopping"
+                    self.stop.set()
+            except Exception:
+                log.exception("%s: heartbeat failed", self.pipeline)
+
+
+def utc_from_iso(text: str | None) -> dt.datetime | None:
+    return parse_iso(text) if text else None

@@ -1,0 +1,87 @@
+"""Process identity on this host: a pid plus its kernel start time, so a recycled pid is never
+mistaken for the driver that once held it, and a zombie counts as dead."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import time
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+
+def hostname() -> str:
+    return socket.gethostname()
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat), or None
+    when there is no such process or it is a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            text = stat.read()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # The command name (field 2) may contain spaces and parentheses: split after its last ')'.
+    fields = text[text.rfind(")") + 2:].split()
+    state, ticks = fields[0], fields[19]
+    if state in ("Z", "X"):
+        return None
+    return int(ticks)
+
+
+@dataclass(frozen=True)
+class ProcessRef:
+    """A process on a named host, identified by pid and start time."""
+
+    pid: int
+    host: str
+    start_ticks: int | None
+
+    @classmethod
+    def current(cls) -> ProcessRef:
+        return cls(os.getpid(), hostname(), start_ticks(os.getpid()))
+
+    @property
+    def local(self) -> bool:
+        return self.host == hostname()
+
+    def alive(self) -> bool | None:
+        """True/False for a process on this host; None (unknown) for one on another host."""
+        if not self.local:
+            return None
+        ticks = start_ticks(self.pid)
+        if ticks is None:
+            return False
+        return self.start_ticks is None or ticks == self.start_ticks
+
+
+def signal_group(pid: int, sig: signal.Signals) -> bool:
+    """Send `sig` to the process group led by `pid` (a detached launch leads its own group);
+    False when nothing was there."""
+    try:
+        os.killpg(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def signal_process(pid: int, sig: signal.Signals) -> bool:
+    try:
+        os.kill(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def wait_gone(ref: ProcessRef, timeout_s: float, poll_s: float = 0.2) -> bool:
+    """Wait until the process is gone; whether it went within the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while ref.alive():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
+    return True
