@@ -1,0 +1,187 @@
+"""Every DAG of a pipeline, declared from its catalog entry. DAG files call `pipeline_dags(name)`
+and nothing else: no I/O beyond importing the catalog entry, heavy imports only inside tasks.
+
+For pipeline P:
+- `P_stream`: deploy the stream and keep it alive (deferrable supervision, restart policy);
+- `P_stop`: stop at a batch boundary, stay stopped; `P_restart`: the on-call restart with a reason
+  (plain, from a checkpoint backup, or after a checkpoint reset), then a new `P_stream` run;
+- `P_backfill`: one run per event date (= logical date), then a DQ check of that date;
+- `P_dq`: the expectations over recent partitions, hourly;
+- `P_checkpoint`: on-call checkpoint actions; `P_checkpoint_backup`: hourly backup + prune;
+- `P_maintenance`: daily OPTIMIZE and VACUUM of silver and gold.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from airflow.sdk import DAG, Param, get_current_context, task
+
+from spark_jobs import catalog
+from weir_airflow.callbacks import alert_on_failure
+from weir_airflow.operators import StreamRestartOperator, StreamStopOperator, StreamSupervisorOperator
+
+START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+BACKUPS_KEPT = 24
+CHECKPOINT_ACTIONS = ("inspect", "validate", "backup", "backups", "restore", "rewind", "reset", "prune",
+                      "compat")
+
+
+def _actor() -> str:
+    from weir_airflow.operators import actor_of
+
+    return actor_of(get_current_context())
+
+
+def pipeline_dags(name: str) -> dict[str, DAG]:
+    """The DAGs of pipeline `name`, by dag_id."""
+    pipeline = catalog.load(name)
+    common: dict[str, Any] = {
+        "start_date": START, "catchup": False,
+        "default_args": {"owner": pipeline.owner, "retries": 0, "on_failure_callback": alert_on_failure},
+    }
+    dags: dict[str, DAG] = {}
+
+    with DAG(f"{name}_stream", schedule=None, max_active_runs=1, tags=["weir", name, "stream"],
+             description=f"Deploy and supervise {name}: {pipeline.description}",
+             doc_md=__doc__, **common) as stream_dag:
+        StreamSupervisorOperator(task_id="supervise", pipeline=name)
+    dags[stream_dag.dag_id] = stream_dag
+
+    with DAG(f"{name}_stop", schedule=None, max_active_runs=1, tags=["weir", name, "stream"],
+             description=f"Stop {name} at a batch boundary; it stays stopped until deployed again",
+             render_template_as_native_obj=True,
+             params={"reason": Param("", type="string", description="why the stream is stopped"),
+                     "graceful_timeout_s": Param(90, type="integer", minimum=1)},
+             **common) as stop_dag:
+        StreamStopOperator(task_id="stop", pipeline=name, reason="{{ params.reason }}",
+                           graceful_timeout_s="{{ params.graceful_timeout_s }}")
+    dags[stop_dag.dag_id] = stop_dag
+
+    from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+
+    with DAG(f"{name}_restart", schedule=None, max_active_runs=1, tags=["weir", name, "stream", "on-call"],
+             description=f"On-call restart of {name} (with a reason; optionally from a checkpoint backup)",
+             render_template_as_native_obj=True,
+             params={
+                 "reason": Param(type="string", minLength=3, description="why (goes to the event log)"),
+                 "mode": Param("restart", enum=["restart", "restore_backup", "reset"]),
+                 "backup_id": Param(None, type=["null", "string"], description="for restore_backup"),
+                 "reset_from": Param(None, type=["null", "string"], description="for reset"),
+                 "confirm": Param(False, type="boolean", description="required for restore_backup/reset"),
+             }, **common) as restart_dag:
+        restart = StreamRestartOperator(
+            task_id="restart", pipeline=name, reason="{{ params.reason }}", mode="{{ params.mode }}",
+            backup_id="{{ params.backup_id }}", reset_from="{{ params.reset_from }}",
+            confirm="{{ params.confirm }}")
+        restart >> TriggerDagRunOperator(task_id="deploy", trigger_dag_id=f"{name}_stream",
+                                         wait_for_completion=False)
+    dags[restart_dag.dag_id] = restart_dag
+
+    with DAG(f"{name}_backfill", schedule="@daily", max_active_runs=2, tags=["weir", name, "batch"],
+             description=f"Back-fill {name}: one run per event date (the logical date), then its DQ",
+             params={"date": Param(None, type=["null", "string"], format="date",
+                                   description="event date when triggered by hand (default: logical date)")},
+             **common) as backfill_dag:
+
+        @task(task_id="backfill")
+        def backfill_day() -> str:
+            from weir_airflow.tasks import backfill_date
+
+            context = get_current_context()
+            day = context["params"].get("date") or _run_date(context)
+            backfill_date(name, day, actor=_actor())
+            return day
+
+        @task(task_id="dq", on_failure_callback=alert_on_failure)
+        def dq_of_day(day: str) -> dict:
+            from weir_airflow.tasks import dq_check
+
+            return dq_check(name, day, day)
+
+        dq_of_day(backfill_day())
+    dags[backfill_dag.dag_id] = backfill_dag
+
+    with DAG(f"{name}_dq", schedule="@hourly", max_active_runs=1, tags=["weir", name, "quality"],
+             description=f"Expectations of {name} over its recent partitions", **common) as dq_dag:
+
+        @task(task_id="dq", on_failure_callback=alert_on_failure)
+        def dq_recent() -> dict:
+            from weir_airflow.tasks import dq_check, recent_dates
+
+            context = get_current_context()
+            first, last = recent_dates(context.get("data_interval_end") or context.get("logical_date"))
+            return dq_check(name, first, last)
+
+        dq_recent()
+    dags[dq_dag.dag_id] = dq_dag
+
+    with DAG(f"{name}_checkpoint", schedule=None, max_active_runs=1, tags=["weir", name, "on-call"],
+             description=f"Checkpoint actions on {name} (inspect, backup, restore, reset, ...)",
+             params={
+                 "action": Param("inspect", enum=list(CHECKPOINT_ACTIONS)),
+                 "backup_id": Param(None, type=["null", "string"]),
+                 "reset_from": Param(None, type=["null", "string"]),
+                 "keep": Param(None, type=["null", "integer"], minimum=1),
+                 "dry_run": Param(False, type="boolean"),
+                 "confirm": Param(False, type="boolean"),
+                 "reason": Param(None, type=["null", "string"]),
+             }, **common) as checkpoint_dag:
+
+        @task(task_id="checkpoint")
+        def checkpoint() -> dict:
+            from weir_airflow.tasks import checkpoint_action
+
+            p = get_current_context()["params"]
+            return checkpoint_action(name, p["action"], backup_id=p.get("backup_id"),
+                                     reset_from=p.get("reset_from"), keep=p.get("keep"),
+                                     dry_run=bool(p.get("dry_run")), confirm=bool(p.get("confirm")),
+                                     actor=_actor(), reason=p.get("reason"))
+
+        checkpoint()
+    dags[checkpoint_dag.dag_id] = checkpoint_dag
+
+    with DAG(f"{name}_checkpoint_backup", schedule="@hourly", max_active_runs=1,
+             tags=["weir", name, "checkpoint"],
+             description=f"Hourly checkpoint backup of {name}, keeping the newest {BACKUPS_KEPT}",
+             **common) as backup_dag:
+
+        @task(task_id="backup")
+        def backup() -> dict:
+            from weir_airflow.tasks import checkpoint_action
+
+            return checkpoint_action(name, "backup", actor="airflow", reason="periodic backup")
+
+        @task(task_id="prune")
+        def prune() -> dict:
+            from weir_airflow.tasks import checkpoint_action
+
+            return checkpoint_action(name, "prune", keep=BACKUPS_KEPT, confirm=True, actor="airflow",
+                                     reason="periodic backup retention")
+
+        backup() >> prune()
+    dags[backup_dag.dag_id] = backup_dag
+
+    with DAG(f"{name}_maintenance", schedule="@daily", max_active_runs=1, tags=["weir", name, "maintenance"],
+             description=f"OPTIMIZE and VACUUM (safe retention) of {name}'s silver and gold",
+             **common) as maintenance_dag:
+
+        @task(task_id="optimize_vacuum")
+        def optimize_vacuum() -> None:
+            from weir_airflow.tasks import maintain
+
+            maintain(name, actor=_actor())
+
+        optimize_vacuum()
+    dags[maintenance_dag.dag_id] = maintenance_dag
+    return dags
+
+
+def _run_date(context: Any) -> str:
+    """The event date of a back-fill run: its logical date (Airflow's back-fill sets one per
+    date); a manual run without one takes yesterday."""
+    logical = context.get("logical_date")
+    if logical is not None:
+        return logical.date().isoformat()
+    return (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()

@@ -1,0 +1,50 @@
+"""`WeirSparkSubmitHook`: the apache-spark provider's `SparkSubmitHook`, launching detached.
+
+The provider's hook resolves the master from the `spark_default` connection and builds the
+spark-submit command; its `submit()` then blocks until the application ends, which would hold a
+worker slot for a stream's lifetime. This hook builds the very same command and starts it
+detached instead (see `spark_jobs.control.driver.spawn`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+from spark_jobs.control.driver import LaunchRecord, VENV_PYTHON, driver_environment, spawn
+from spark_jobs.home import WeirHome
+
+DEFAULT_MASTER = "local[*]"
+
+
+class WeirSparkSubmitHook(SparkSubmitHook):
+    """spark-submit with the venv's Spark, the cached jars, and a `local[*]` fallback master."""
+
+    def __init__(self, *, conn_id: str = "spark_default", **kwargs: Any) -> None:
+        from spark_jobs.jars import resolved_jars
+
+        kwargs.setdefault("spark_binary", str(VENV_PYTHON.parent / "spark-submit"))
+        kwargs.setdefault("jars", ",".join(resolved_jars()))
+        super().__init__(conn_id=conn_id, **kwargs)
+
+    def _resolve_connection(self) -> dict[str, Any]:
+        resolved = super()._resolve_connection()
+        try:
+            self.get_connection(self._conn_id)
+        except Exception:  # no connection: the embedded default, not the provider's yarn
+            resolved["master"] = DEFAULT_MASTER
+        return resolved
+
+    @property
+    def master(self) -> str:
+        return str(self._connection["master"])
+
+    def command(self, application: str) -> list[str]:
+        return self._build_spark_submit_command(application)
+
+    def launch_detached(self, home: WeirHome, pipeline: str, application: str) -> LaunchRecord:
+        """Start `application` detached (own process group, log under WEIR_HOME/logs)."""
+        command = self.command(application)
+        return spawn(home, pipeline, command, env=driver_environment(
+            {k: str(v) for k, v in (self._env_vars or {}).items()}))

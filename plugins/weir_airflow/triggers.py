@@ -1,0 +1,57 @@
+"""`DriverWatchTrigger`: watches a detached driver from the triggerer, holding no worker slot.
+
+Small, async and serialisable: its state is only the pipeline, WEIR_HOME and thresholds; all it
+knows comes from the driver's lease, heartbeat and launch files (`spark_jobs.control.health`).
+It fires once the driver is dead, stalled or intentionally stopped — so after a triggerer restart
+the same trigger simply resumes watching the live driver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+FIRING_VERDICTS = ("dead", "stalled", "stopped", "absent")
+
+
+class DriverWatchTrigger(BaseTrigger):
+    def __init__(self, pipeline: str, weir_home: str, stall_after_s: float,
+                 poll_interval_s: float = 1.0) -> None:
+        super().__init__()
+        self.pipeline = pipeline
+        self.weir_home = weir_home
+        self.stall_after_s = stall_after_s
+        self.poll_interval_s = poll_interval_s
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return ("weir_airflow.triggers.DriverWatchTrigger", {
+            "pipeline": self.pipeline, "weir_home": self.weir_home,
+            "stall_after_s": self.stall_after_s, "poll_interval_s": self.poll_interval_s})
+
+    def check(self) -> dict[str, Any]:
+        """One look at the driver (blocking file reads: run in a thread)."""
+        from pathlib import Path
+
+        from spark_jobs.control.health import assess
+        from spark_jobs.home import WeirHome
+
+        health = assess(WeirHome(Path(self.weir_home)), self.pipeline, stall_after_s=self.stall_after_s)
+        return {"pipeline": self.pipeline, "verdict": health.verdict, "detail": health.detail,
+                "driver_pid": health.driver_pid, "launch_pid": health.launch_pid,
+                "detected_at": dt.datetime.now(dt.UTC).isoformat()}
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        last = None
+        while True:
+            seen = await asyncio.to_thread(self.check)
+            if seen["verdict"] != last:
+                self.log.info("%s driver: %s (%s)", self.pipeline, seen["verdict"], seen["detail"])
+                last = seen["verdict"]
+            if seen["verdict"] in FIRING_VERDICTS:
+                yield TriggerEvent(seen)
+                return
+            await asyncio.sleep(self.poll_interval_s)

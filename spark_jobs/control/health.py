@@ -1,0 +1,85 @@
+"""How a pipeline's driver is doing, judged from the files it and its launcher leave under
+`control/<P>/` — no JVM, no Airflow: the deferrable trigger, the operator and `weir status` all
+call `assess`.
+
+Verdicts: `running`; `starting` (launched, no query progress reported yet); `stalled` (alive but
+its heartbeat stopped, or a micro-batch has run longer than the policy's `stall_after_s`, or it
+never finished starting); `stopping` (a stop was requested and it is still up); `dead` (it was
+launched or held the lease and is gone); `stopped` (intentionally stopped, nothing running);
+`absent` (never deployed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from spark_jobs.control import lease as leases
+from spark_jobs.control.driver import read_launch
+from spark_jobs.control.heartbeat import heartbeat_age_s, read_heartbeat, stop_request_path
+from spark_jobs.control.lease import now_utc, parse_iso
+from spark_jobs.control.supervision import stopped_marker
+from spark_jobs.home import WeirHome
+
+HEARTBEAT_STALE_S = 30.0
+STARTUP_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class Health:
+    verdict: str
+    detail: str
+    driver_pid: int | None = None
+    launch_pid: int | None = None
+    heartbeat: dict[str, Any] | None = field(default=None, compare=False)
+
+
+def _age_s(text: str | None) -> float | None:
+    return None if not text else (now_utc() - parse_iso(text)).total_seconds()
+
+
+def assess(home: WeirHome, pipeline: str, *, stall_after_s: float,
+           heartbeat_stale_s: float = HEARTBEAT_STALE_S,
+           startup_timeout_s: float = STARTUP_TIMEOUT_S) -> Health:
+    record = leases.read(home, pipeline)
+    launch = read_launch(home, pipeline)
+    launch_alive = bool(launch and launch.process.alive())
+    launch_pid = launch.pid if launch else None
+    beat = read_heartbeat(home, pipeline)
+    if record is not None and not leases.is_stale(home, record):
+        if beat is None or beat.get("token") != record.token:
+            return Health("starting", "lease taken, no heartbeat yet", record.pid, launch_pid)
+        age = heartbeat_age_s(beat) or 0.0
+        if age > heartbeat_stale_s:
+            return Health("stalled", f"heartbeat {age:.0f}s old while pid {record.pid} lives",
+                          record.pid, launch_pid, beat)
+        if stop_request_path(home, pipeline).exists() or beat.get("state") == "stopping":
+            return Health("stopping", "stop requested", record.pid, launch_pid, beat)
+        for name, query in (beat.get("queries") or {}).items():
+            busy = _age_s(query.get("trigger_active_since"))
+            if busy is not None and busy > stall_after_s and query.get("active", True):
+                return Health("stalled", f"{name}: micro-batch running for {busy:.0f}s",
+                              record.pid, launch_pid, beat)
+        if beat.get("state") == "starting" or not beat.get("queries"):
+            started = _age_s(beat.get("started_at")) or 0.0
+            if started > startup_timeout_s:
+                return Health("stalled", f"still starting after {started:.0f}s", record.pid, launch_pid, beat)
+            return Health("starting", "queries starting", record.pid, launch_pid, beat)
+        return Health("running", "heartbeat fresh", record.pid, launch_pid, beat)
+    marker = stopped_marker(home, pipeline)
+    if record is not None:
+        # The lease holder is gone (its spark-submit JVM may linger: it is cleaned up).
+        verdict = "stopped" if marker and not launch_alive else "dead"
+        return Health(verdict, f"driver pid {record.pid} is gone", None, launch_pid, beat)
+    if launch_alive and launch is not None:
+        started = _age_s(launch.launched_at) or 0.0
+        if marker is None and started > startup_timeout_s:
+            return Health("stalled", f"launched {started:.0f}s ago, lease never taken", None, launch_pid)
+        return Health("stopping" if marker else "starting", "launched, lease not taken yet",
+                      None, launch_pid)
+    if marker is not None:
+        return Health("stopped", f"stopped by {marker.get('actor')}: {marker.get('reason') or 'no reason'}",
+                      None, launch_pid, beat)
+    if launch is not None:
+        return Health("dead", f"launch pid {launch.pid} ended", None, launch_pid, beat)
+    return Health("absent", "never deployed")

@@ -1,0 +1,75 @@
+"""What the supervisor remembers between deferrals, and the restart policy it applies.
+
+`control/<P>/supervisor.json` holds the supervisor's state (running, restarting, failed, stopped),
+the times of recent restarts and the last reason; `control/<P>/stopped.json` marks a pipeline as
+intentionally stopped, so nothing restarts it until it is deployed again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spark_jobs.catalog import RestartPolicy
+from spark_jobs.control.lease import iso, now_utc, parse_iso, read_json, write_json_atomically
+from spark_jobs.home import WeirHome
+
+
+def supervisor_path(home: WeirHome, pipeline: str) -> Path:
+    return home.control(pipeline) / "supervisor.json"
+
+
+def stopped_path(home: WeirHome, pipeline: str) -> Path:
+    return home.control(pipeline) / "stopped.json"
+
+
+@dataclass
+class SupervisorState:
+    pipeline: str
+    state: str = "deploying"
+    restarts: list[str] = field(default_factory=list)
+    last_reason: str | None = None
+    updated_at: str | None = None
+
+    @classmethod
+    def load(cls, home: WeirHome, pipeline: str) -> SupervisorState:
+        data = read_json(supervisor_path(home, pipeline)) or {}
+        return cls(pipeline, data.get("state", "none"), list(data.get("restarts", [])),
+                   data.get("last_reason"), data.get("updated_at"))
+
+    def save(self, home: WeirHome) -> None:
+        self.updated_at = iso(now_utc())
+        write_json_atomically(supervisor_path(home, self.pipeline), {
+            "pipeline": self.pipeline, "state": self.state, "restarts": self.restarts,
+            "last_reason": self.last_reason, "updated_at": self.updated_at})
+
+
+def recent_restarts(restarts: list[str], policy: RestartPolicy, now: dt.datetime) -> list[dt.datetime]:
+    window = dt.timedelta(seconds=policy.window_s)
+    return [t for t in (parse_iso(s) for s in restarts) if now - t < window]
+
+
+def next_backoff_s(restarts: list[str], policy: RestartPolicy, now: dt.datetime | None = None) -> float | None:
+    """Seconds to wait before the next restart (exponential in the restarts of the current
+    window), or None when the window's restart budget is spent."""
+    recent = recent_restarts(restarts, policy, now or now_utc())
+    if len(recent) >= policy.max_restarts:
+        return None
+    return min(policy.max_backoff_s, policy.initial_backoff_s * 2 ** len(recent))
+
+
+def mark_stopped(home: WeirHome, pipeline: str, *, actor: str, reason: str | None,
+                 intent: str = "stop") -> None:
+    write_json_atomically(stopped_path(home, pipeline), {
+        "pipeline": pipeline, "actor": actor, "reason": reason, "intent": intent,
+        "at": iso(now_utc())})
+
+
+def stopped_marker(home: WeirHome, pipeline: str) -> dict[str, Any] | None:
+    return read_json(stopped_path(home, pipeline))
+
+
+def clear_stopped(home: WeirHome, pipeline: str) -> None:
+    stopped_path(home, pipeline).unlink(missing_ok=True)
