@@ -1,5 +1,0 @@
-"""DAGs of the `hashtags` pipeline, declared from its catalog entry (see weir_airflow.dag_factory)."""
-
-from weir_airflow.dag_factory import pipeline_dags
-
-globals().update(pipeline_dags("hashtags"))

@@ -1,0 +1,38 @@
+"""`weir stop P [--reason R]`: stop a pipeline's stream at a batch boundary (forcefully after a
+timeout); it stays stopped until deployed again (Airflow DAG P_stream)."""
+
+from __future__ import annotations
+
+import argparse
+
+from spark_jobs.commands import pipeline_arg
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("stop", help="stop a pipeline's stream at a batch boundary", description=__doc__)
+    p.add_argument("pipeline", type=pipeline_arg)
+    p.add_argument("--reason", help="why (written to the event log)")
+    p.add_argument("--timeout", type=float, default=90.0, help="seconds before SIGTERM, then SIGKILL")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    import json
+
+    from spark_jobs.control import eventlog
+    from spark_jobs.control.stop import stop_driver
+    from spark_jobs.home import WeirHome
+
+    home = WeirHome.from_env()
+    actor = eventlog.default_actor()
+    outcome = stop_driver(home, args.pipeline, actor=actor, reason=args.reason,
+                          graceful_timeout_s=args.timeout)
+    eventlog.record(args.pipeline, "stop", outcome.outcome, actor=actor, reason=args.reason,
+                    details={"driver_pid": outcome.driver_pid, "seconds": round(outcome.seconds, 1)}, home=home)
+    summary = {"pipeline": args.pipeline, "outcome": outcome.outcome, "driver_pid": outcome.driver_pid,
+               "seconds": round(outcome.seconds, 1)}
+    print(json.dumps(summary) if args.json else
+          f"{args.pipeline}: {outcome.outcome.replace('_', ' ')}"
+          + (f" (driver pid {outcome.driver_pid}, {outcome.seconds:.1f}s)" if outcome.driver_pid else ""))
+    return 0
