@@ -51,8 +51,12 @@ LOGIN_MODULES = {
     "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
     "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
 }
-PREFLIGHT_TIMEOUT_S = float(os.environ.get("WEIR_KAFKA_PREFLIGHT_TIMEOUT_S", "20"))
 RESET_MARKER = "kafka-starting-point.json"
+
+
+def preflight_timeout_s() -> float:
+    """How long a start waits for the brokers to answer before it fails."""
+    return float(os.environ.get("WEIR_KAFKA_PREFLIGHT_TIMEOUT_S", "20"))
 
 
 class KafkaUnavailableError(UserError):
@@ -185,11 +189,12 @@ def _admin(conn: KafkaConnection, timeout_s: float) -> Any:
                         "logger": log})
 
 
-def partitions(conn: KafkaConnection, topic: str, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> int:
+def partitions(conn: KafkaConnection, topic: str, timeout_s: float | None = None) -> int:
     """The number of partitions of `topic`; a clear error when the brokers do not answer within
-    `timeout_s` or the topic does not exist (never a hang)."""
+    `timeout_s` (default `WEIR_KAFKA_PREFLIGHT_TIMEOUT_S`, 20) or the topic does not exist."""
     from confluent_kafka import KafkaException
 
+    timeout_s = timeout_s or preflight_timeout_s()
     try:
         metadata = _admin(conn, timeout_s).list_topics(topic=topic, timeout=timeout_s)
     except KafkaException as err:
@@ -203,12 +208,13 @@ def partitions(conn: KafkaConnection, topic: str, timeout_s: float = PREFLIGHT_T
 
 
 def ensure_topic(conn: KafkaConnection, topic: str, partition_count: int,
-                 timeout_s: float = PREFLIGHT_TIMEOUT_S) -> bool:
+                 timeout_s: float | None = None) -> bool:
     """Create `topic` with `partition_count` partitions unless it exists; returns whether it was
     created. Replication is the cluster's default."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
 
+    timeout_s = timeout_s or preflight_timeout_s()
     try:
         partitions(conn, topic, timeout_s)
         return False

@@ -1,0 +1,219 @@
+"""Exactly once from a real Kafka broker through bronze, silver and quarantine, through a kill -9
+of the driver, a broker restart, lost offsets and a reset to a timestamp. Every expected set is
+read back from the broker with an independent client, stated before the stream runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from spark_jobs import kafka, stream
+from spark_jobs.generator import BAD_LINES, Written, generate
+from spark_jobs.home import WeirHome
+from tests.helpers import assert_exactly_once, table
+from tests.kafka.harness import (
+    Broker,
+    Driver,
+    delta_version,
+    driver_env,
+    kafka_pipeline,
+    topic_records,
+    wait_for,
+    write_catalog,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(900)]
+PIPELINE = "playback_kafka"
+
+
+def assert_layers_exact(spark, home: WeirHome, records: dict[tuple[str, int, int], str],  # type: ignore[no-untyped-def]
+                        event_ids: set[str]) -> None:
+    """Bronze holds every broker record once, silver every valid event once, quarantine every
+    bad record once."""
+    pipeline = kafka_pipeline("unused", "unused")
+    bronze = table(spark, home.table("bronze", pipeline.events_table))
+    assert_exactly_once(bronze, ("topic", "partition", "offset"), set(records), "bronze")
+    assert_exactly_once(table(spark, home.table("silver", pipeline.events_table)), ("event_id",),
+                        event_ids, "silver")
+    bad = {(f"kafka://{t}/{p}", o) for (t, p, o), value in records.items() if value in BAD_LINES}
+    assert_exactly_once(table(spark, home.table("quarantine", pipeline.events_table)),
+                        ("source", "position"), bad, "quarantine")
+
+
+def produce_files(broker: Broker, topic: str, written: Written) -> None:
+    for path in written.files:
+        kafka.produce_lines(broker.connection, topic, kafka.landing_lines(path))
+
+
+def test_kill9_driver_mid_stream_then_restart_every_offset_once(
+        spark, home: WeirHome, broker: Broker, topic: str, tmp_path: Path) -> None:
+    written = generate(tmp_path / "feed", files=3, sessions_per_file=8, seed=11)
+    conf = write_catalog(tmp_path / "conf", topic, broker.bootstrap, max_offsets_per_trigger=40)
+    produced = subprocess.run(
+        [sys.executable, "-m", "spark_jobs.cli", "produce", PIPELINE, "--from", str(tmp_path / "feed"),
+         "--json"], env=driver_env(home, conf), capture_output=True, text=True, timeout=300)
+    assert produced.returncode == 0, produced.stderr
+    assert json.loads(produced.stdout)["records"] == written.lines
+    records = topic_records(broker.connection, topic)
+    assert len(records) == written.lines and written.bad_lines and written.duplicate_lines
+
+    bronze = home.table("bronze", "playback_kafka_events")
+    driver = Driver(home, conf)
+    try:
+        wait_for(lambda: delta_version(bronze) >= 2, 420, "two bronze batches", driver)
+        time.sleep(random.uniform(0, 1.5))
+    finally:
+        driver.kill9()
+    ingested = table(spark, bronze).count()
+    assert ingested < len(records), "the kill came after the whole topic was ingested"
+
+    progress: list[dict] = []
+    listener = ProgressRecorder(progress)
+    spark.streams.addListener(listener)
+    try:
+        stream.run(kafka_pipeline(topic, broker.bootstrap, max_offsets_per_trigger=40), once=True,
+                   home=home, spark=spark)
+    finally:
+        time.sleep(1)  # listener events are delivered asynchronously
+        spark.streams.removeListener(listener)
+    assert_layers_exact(spark, home, records, written.event_ids)
+
+    lags = [kafka.lag_from_progress(s) for p in progress for s in p["sources"]
+            if str(s.get("description", "")).startswith("KafkaV2")]
+    assert lags, "no Kafka progress was reported"
+    assert all(lag.keys() == {f"{topic}-{p}" for p in range(3)} for lag in lags), lags
+    assert sum(lags[-1].values()) == 0, f"lag after the last batch: {lags[-1]}"
+
+
+class ProgressRecorder:
+    """A StreamingQueryListener keeping every progress as parsed JSON."""
+
+    def __new__(cls, sink: list[dict]):  # type: ignore[no-untyped-def]
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        class Recorder(StreamingQueryListener):
+            def onQueryStarted(self, event) -> None:  # type: ignore[no-untyped-def]
+                pass
+
+            def onQueryProgress(self, event) -> None:  # type: ignore[no-untyped-def]
+                sink.append(json.loads(event.progress.json))
+
+            def onQueryIdle(self, event) -> None:  # type: ignore[no-untyped-def]
+                pass
+
+            def onQueryTerminated(self, event) -> None:  # type: ignore[no-untyped-def]
+                pass
+
+        return Recorder()
+
+
+def test_broker_restart_while_streaming_recovers_losing_and_doubling_nothing(
+        spark, home: WeirHome, broker: Broker, topic: str, tmp_path: Path) -> None:
+    first = generate(tmp_path / "a", files=2, sessions_per_file=6, seed=21, prefix="a")
+    second = generate(tmp_path / "b", files=2, sessions_per_file=6, seed=22, prefix="b")
+    kafka.ensure_topic(broker.connection, topic, 3)
+    produce_files(broker, topic, first)
+    conf = write_catalog(tmp_path / "conf", topic, broker.bootstrap, max_offsets_per_trigger=50)
+    bronze = home.table("bronze", "playback_kafka_events")
+    driver = Driver(home, conf)
+    try:
+        wait_for(lambda: delta_version(bronze) >= 1, 420, "the first bronze batch", driver)
+        broker.stop()
+        time.sleep(3)
+        broker.start()
+        produce_files(broker, topic, second)
+        records = topic_records(broker.connection, topic)
+        assert len(records) == first.lines + second.lines
+        wait_for(lambda: table(spark, bronze).count() >= len(records), 420,
+                 "the stream to ingest both halves", driver, every_s=5)
+        assert driver.alive(), "the driver died instead of riding out the broker restart"
+    finally:
+        code = driver.terminate()
+    assert code == 0, driver.tail()
+    assert_layers_exact(spark, home, records, first.event_ids | second.event_ids)
+
+
+def test_unreachable_broker_or_missing_topic_fails_the_start_clearly(
+        spark, home: WeirHome, broker: Broker, topic: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from spark_jobs.sources import read_stream
+
+    monkeypatch.setenv("WEIR_KAFKA_PREFLIGHT_TIMEOUT_S", "5")
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = f"127.0.0.1:{sock.getsockname()[1]}"
+    started = time.monotonic()
+    with pytest.raises(kafka.KafkaUnavailableError, match=f"brokers at {closed} did not answer"):
+        read_stream(spark, kafka_pipeline(topic, closed), home)
+    assert time.monotonic() - started < 30
+    with pytest.raises(kafka.KafkaUnavailableError, match=f"topic '{topic}' does not exist"):
+        read_stream(spark, kafka_pipeline(topic, broker.bootstrap), home)
+
+
+def test_offsets_gone_fail_loudly_unless_the_pipeline_opts_in(
+        spark, home: WeirHome, broker: Broker, topic: str, tmp_path: Path) -> None:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    conn = broker.connection
+    kafka.ensure_topic(conn, topic, 1)
+    before = generate(tmp_path / "a", files=1, sessions_per_file=2, seed=31, prefix="a", bad_ratio=0)
+    produce_files(broker, topic, before)
+    pipeline = kafka_pipeline(topic, broker.bootstrap)
+    stream.run(pipeline, once=True, home=home, spark=spark)
+    seen = topic_records(conn, topic)
+
+    after = generate(tmp_path / "b", files=1, sessions_per_file=2, seed=32, prefix="b", bad_ratio=0)
+    produce_files(broker, topic, after)
+    end = len(seen) + after.lines
+    cut = len(seen) + after.lines // 2  # retention removes the first half of the new records
+    admin = AdminClient(conn.client_config())
+    admin.delete_records([TopicPartition(topic, 0, cut)])[TopicPartition(topic, 0, cut)].result(30)
+    survivors = topic_records(conn, topic)
+    assert set(survivors) == {(topic, 0, o) for o in range(cut, end)}
+
+    with pytest.raises(stream.StreamFailedError, match="failOnDataLoss"):
+        stream.run(pipeline, once=True, home=home, spark=spark)
+    bronze = table(spark, home.table("bronze", pipeline.events_table))
+    assert_exactly_once(bronze, ("topic", "partition", "offset"), set(seen), "bronze after the failure")
+
+    opted_in = dataclasses.replace(pipeline, source=dataclasses.replace(pipeline.source, fail_on_data_loss=False))
+    stream.run(opted_in, once=True, home=home, spark=spark)
+    assert_exactly_once(bronze, ("topic", "partition", "offset"), set(seen) | set(survivors),
+                        "bronze after skipping the lost offsets")
+
+
+def test_reset_to_a_timestamp_starts_a_fresh_checkpoint_there(
+        spark, home: WeirHome, broker: Broker, topic: str, tmp_path: Path) -> None:
+    conn = broker.connection
+    kafka.ensure_topic(conn, topic, 2)
+    old = generate(tmp_path / "a", files=1, sessions_per_file=2, seed=41, prefix="a", bad_ratio=0)
+    produce_files(broker, topic, old)
+    old_records = topic_records(conn, topic)
+    time.sleep(1.5)
+    reset_at = dt.datetime.now(dt.UTC).isoformat()
+    time.sleep(1.5)
+    new = generate(tmp_path / "b", files=1, sessions_per_file=2, seed=42, prefix="b", bad_ratio=0,
+                   dup_ratio=0)
+    produce_files(broker, topic, new)
+    new_records = {k: v for k, v in topic_records(conn, topic).items() if k not in old_records}
+
+    pipeline = kafka_pipeline(topic, broker.bootstrap)
+    kafka.record_reset(home, pipeline.name, reset_at)
+    stream.run(pipeline, once=True, home=home, spark=spark)
+    bronze = table(spark, home.table("bronze", pipeline.events_table))
+    assert_exactly_once(bronze, ("topic", "partition", "offset"), set(new_records), "bronze")
+    assert_exactly_once(table(spark, home.table("silver", pipeline.events_table)), ("event_id",),
+                        new.event_ids, "silver")
+    # The checkpoint now has offsets: the reset is used up and the catalog's start applies again.
+    assert kafka.starting_point(home, pipeline, pipeline.source) == {"startingOffsets": "earliest"}
+    assert not (home.checkpoints(pipeline.name) / kafka.RESET_MARKER).exists()
