@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import math
 import queue
 import threading
 from collections.abc import Callable
@@ -125,10 +126,12 @@ def progress_row(pipeline: str, progress: dict[str, Any], driver_pid: int) -> di
 
 
 def _number(value: Any) -> float | None:
+    """A finite rate, or None (the JVM's JSON writes NaN/Infinity as strings)."""
     try:
-        return float(value)
+        number = float(value)
     except (TypeError, ValueError):
-        return None  # NaN/Infinity arrive as strings from the JVM's JSON
+        return None
+    return number if math.isfinite(number) else None
 
 
 class ProgressWriter:

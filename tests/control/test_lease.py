@@ -1,0 +1,82 @@
+"""The lease: one live driver per pipeline; a dead holder's lease is taken over; two drivers
+racing for it never both win."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from spark_jobs.control import lease as leases
+from spark_jobs.control.lease import LeaseHeldError
+from spark_jobs.home import WeirHome
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from spark_jobs.control import lease
+from spark_jobs.home import WeirHome
+try:
+    held = lease.acquire(WeirHome(Path(sys.argv[1])), "playback")
+except lease.LeaseHeldError:
+    print("refused", flush=True)
+    sys.exit(3)
+print("acquired", flush=True)
+time.sleep(float(sys.argv[2]))
+held.release()
+"""
+
+
+def holder_process(home: WeirHome, seconds: float) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-c", HOLD, str(home.root), str(seconds)],
+                            stdout=subprocess.PIPE, text=True)
+
+
+def test_a_live_holder_refuses_a_second_driver(home: WeirHome) -> None:
+    first = holder_process(home, 30)
+    try:
+        assert first.stdout is not None and first.stdout.readline().strip() == "acquired"
+        with pytest.raises(LeaseHeldError, match=f"driver pid {first.pid}"):
+            leases.acquire(home, "playback")
+        assert leases.holder(home, "playback").pid == first.pid  # type: ignore[union-attr]
+    finally:
+        first.kill()
+        first.wait()
+
+
+def test_a_killed_holders_lease_is_taken_over(home: WeirHome) -> None:
+    first = holder_process(home, 30)
+    assert first.stdout is not None and first.stdout.readline().strip() == "acquired"
+    first.kill()  # SIGKILL: no release
+    first.wait()
+    assert leases.read(home, "playback") is not None
+    assert leases.holder(home, "playback") is None
+    with leases.acquire(home, "playback") as mine:
+        assert leases.holder(home, "playback").token == mine.token  # type: ignore[union-attr]
+    assert leases.read(home, "playback") is None
+
+
+def test_racing_drivers_never_both_win(home: WeirHome) -> None:
+    racers = [holder_process(home, 3) for _ in range(6)]
+    outputs = [r.communicate(timeout=60)[0].strip() for r in racers]
+    codes = [r.returncode for r in racers]
+    assert outputs.count("acquired") == 1, outputs
+    assert sorted(codes) == [0] + [3] * 5
+
+
+def test_a_recycled_pid_does_not_keep_a_lease_alive(home: WeirHome) -> None:
+    first = holder_process(home, 30)
+    assert first.stdout is not None and first.stdout.readline().strip() == "acquired"
+    record = leases.read(home, "playback")
+    assert record is not None
+    first.kill()
+    first.wait()
+    # Rewrite the lease as if the pid were now some other live process (this one), started at
+    # another time: the start-time check must see through it.
+    import dataclasses
+    import os
+
+    fake = dataclasses.replace(record, pid=os.getpid(), start_ticks=(record.start_ticks or 0) + 1)
+    leases.write_json_atomically(leases.lease_path(home, "playback"), dataclasses.asdict(fake))
+    assert leases.holder(home, "playback") is None
