@@ -1,0 +1,263 @@
+"""`run_action`: every checkpoint operation behind one function, called by `weir checkpoint`
+and by the Airflow DAGs (`P_checkpoint`, `P_restart`), returning a JSON-able dict.
+
+Guard rails for the destructive ones (restore, rewind, reset, prune): they need `confirm=True`
+(`--yes`), `dry_run=True` only says what they would do, they refuse while P's driver is alive
+(except prune, which touches backups only), they take an automatic backup of the live checkpoint
+first (restore, rewind, reset), they write the event log, and every path they touch is confined
+to WEIR_HOME.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from typing import TYPE_CHECKING, Any
+
+from spark_jobs.checkpoints import backups, generations, layout
+from spark_jobs.cli import UserError
+from spark_jobs.home import WeirHome
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from spark_jobs.catalog import Pipeline
+
+log = logging.getLogger(__name__)
+ACTIONS = ("inspect", "validate", "backup", "backups", "restore", "rewind", "reset", "prune", "compat")
+DESTRUCTIVE = frozenset({"restore", "rewind", "reset", "prune"})
+NEEDS_STOPPED = frozenset({"restore", "rewind", "reset"})
+REWOUND_LAYERS = ("bronze", "quarantine", "silver", "gold")    # the pipeline's outputs, not the dimension
+LEFTOVER_AGE_S = 3600.0
+
+
+class ConfirmationRequiredError(UserError):
+    """A destructive action without confirmation."""
+
+
+class PipelineRunningError(UserError):
+    """An action that needs the stream stopped, while its driver is alive."""
+
+
+def run_action(pipeline: str, action: str, *, backup_id: str | None = None,
+               reset_from: str | None = None, keep: int | None = None, dry_run: bool = False,
+               confirm: bool = False, actor: str = "airflow", reason: str | None = None,
+               home: WeirHome | None = None, spark: SparkSession | None = None,
+               progress: backups.Progress | None = None) -> dict[str, Any]:
+    """Run checkpoint `action` on `pipeline` and return what happened (JSON-able).
+
+    `backup_id` names the backup for restore/rewind (`latest` = the newest); `reset_from` is
+    earliest|latest|TIMESTAMP for reset; `keep` is the number of backups prune keeps. `home`,
+    `spark` and `progress` are for in-process callers (tests, the CLI's progress bar)."""
+    from spark_jobs import catalog
+
+    if action not in ACTIONS:
+        raise UserError(f"unknown checkpoint action {action!r}; expected one of {', '.join(ACTIONS)}")
+    home = home or WeirHome.from_env()
+    p = catalog.load(pipeline)
+    home.confine(home.checkpoints(p.name))
+    home.confine(home.backups(p.name))
+    if action in DESTRUCTIVE and not (confirm or dry_run):
+        raise ConfirmationRequiredError(
+            f"{action} of {p.name} is destructive: confirm it (--yes on the CLI, the confirm Param in "
+            "Airflow) or preview it with --dry-run")
+    if action in NEEDS_STOPPED:
+        _refuse_while_running(home, p.name, action)
+    started = time.monotonic()
+    try:
+        result = _ACTIONS[action](home, p, backup_id=backup_id, reset_from=reset_from, keep=keep,
+                                  dry_run=dry_run, actor=actor, reason=reason, spark=spark,
+                                  progress=progress)
+    except Exception as err:
+        if action in DESTRUCTIVE or action == "backup":
+            _record(home, p.name, action, "failed", actor, reason, {"error": str(err)[:500]})
+        raise
+    result.setdefault("pipeline", p.name)
+    result["action"] = action
+    result["dry_run"] = dry_run
+    result["seconds"] = round(time.monotonic() - started, 3)
+    if action in DESTRUCTIVE or action == "backup":
+        _record(home, p.name, action, "dry run" if dry_run else "ok", actor, reason, result)
+    return result
+
+
+def _record(home: WeirHome, pipeline: str, action: str, outcome: str, actor: str,
+            reason: str | None, details: dict[str, Any]) -> None:
+    from spark_jobs.control import eventlog
+
+    eventlog.record(pipeline, f"checkpoint {action}", outcome, actor=actor, reason=reason,
+                    details=details, home=home)
+
+
+def _refuse_while_running(home: WeirHome, pipeline: str, action: str) -> None:
+    from spark_jobs.checkpoints.liveness import running_driver
+
+    driver = running_driver(home, pipeline)
+    if driver is not None:
+        raise PipelineRunningError(
+            f"refusing to {action} {pipeline} while it runs ({driver}); stop it first "
+            f"(weir stop {pipeline} or the Airflow DAG {pipeline}_stop)")
+
+
+def _session(spark: SparkSession | None, name: str) -> SparkSession:
+    from spark_jobs.session import build_session
+
+    return spark or build_session(f"weir-checkpoint-{name}")
+
+
+def _safety_backup(home: WeirHome, p: Pipeline, action: str, actor: str, reason: str | None,
+                   progress: backups.Progress | None) -> backups.Manifest | None:
+    """The automatic backup of the live checkpoint before a destructive action (whole copy: the
+    stream is stopped, and even a damaged checkpoint is kept as it was)."""
+    if not any(layout.query_dir(home, p, q).is_dir() for q in layout.query_names()):
+        return None
+    generation = int(generations.current_generation(home, p.name).get("generation", 0))
+    return backups.take_backup(home, p, kind=f"before {action}", whole=True, actor=actor,
+                               reason=reason, generation=generation, progress=progress)
+
+
+# --- the actions ---------------------------------------------------------------------------------
+
+def _inspect(home: WeirHome, p: Pipeline, *, spark: SparkSession | None, **_: Any) -> dict[str, Any]:
+    from spark_jobs.checkpoints.inspection import inspect
+
+    return inspect(home, p, _session(spark, p.name))
+
+
+def _validate(home: WeirHome, p: Pipeline, **_: Any) -> dict[str, Any]:
+    from spark_jobs.checkpoints.validation import validate
+
+    return validate(home, p)
+
+
+def _backup(home: WeirHome, p: Pipeline, *, actor: str, reason: str | None, dry_run: bool,
+            progress: backups.Progress | None, **_: Any) -> dict[str, Any]:
+    if dry_run:
+        return {"would_copy": {q: layout.last_committed(layout.query_dir(home, p, q))
+                               for q in layout.query_names() if layout.query_dir(home, p, q).is_dir()}}
+    if not any(layout.query_dir(home, p, q).is_dir() for q in layout.query_names()):
+        raise UserError(f"{p.name} has no checkpoint yet: nothing to back up")
+    generation = int(generations.current_generation(home, p.name).get("generation", 0))
+    kind = "scheduled" if actor == "airflow" and reason == "scheduled" else "manual"
+    manifest = backups.take_backup(home, p, kind=kind, actor=actor, reason=reason,
+                                   generation=generation, progress=progress)
+    return {"id": manifest.id, "backup": manifest.as_dict()}
+
+
+def _backups(home: WeirHome, p: Pipeline, **_: Any) -> dict[str, Any]:
+    return {"backups": [m.as_dict() for m in backups.list_backups(home, p.name)]}
+
+
+def _restore(home: WeirHome, p: Pipeline, *, backup_id: str | None, actor: str, reason: str | None,
+             dry_run: bool, progress: backups.Progress | None, **_: Any) -> dict[str, Any]:
+    if not backup_id:
+        raise UserError("restore needs a backup id (see `weir checkpoint backups`)")
+    manifest, path = _find(home, p, backup_id)
+    plan = {"backup": manifest.id, "batches": {q: c.batch for q, c in manifest.queries.items()}}
+    if dry_run:
+        return {"plan": plan}
+    safety = _safety_backup(home, p, "restore", actor, reason, progress)
+    staged = generations.staging_folder(home, p.name)
+    generations.stage_backup(path, staged)
+    number = generations.install(home, p, staged, f"restore {manifest.id}")
+    return {"plan": plan, "safety_backup": safety.id if safety else None, "generation": number}
+
+
+def _rewind(home: WeirHome, p: Pipeline, *, backup_id: str | None, actor: str, reason: str | None,
+            dry_run: bool, spark: SparkSession | None, progress: backups.Progress | None,
+            **_: Any) -> dict[str, Any]:
+    """Tables back to the backup's versions, the ingest checkpoint back to the backup's batch; the
+    downstream (gold) query starts fresh from silver's restored snapshot, because silver's history
+    after the RESTORE still holds the bad commits a Delta stream would read again."""
+    from spark_jobs.layers import PipelineTables
+
+    if not backup_id:
+        raise UserError("rewind needs --to BACKUP_ID (see `weir checkpoint backups`)")
+    manifest, path = _find(home, p, backup_id)
+    tables = PipelineTables.of(home, p).named()
+    current = backups.table_versions(home, p)
+    restores = {layer: manifest.table_versions[layer] for layer in REWOUND_LAYERS
+                if manifest.table_versions.get(layer) is not None
+                and manifest.table_versions[layer] != current.get(layer)}
+    plan = {"backup": manifest.id, "ingest_batch": (manifest.queries.get("ingest") or backups.QueryCopy(None)).batch,
+            "restore_tables": {layer: {"from": current.get(layer), "to": v} for layer, v in restores.items()},
+            "fresh_queries": [q for q in layout.query_names() if q != "ingest"]}
+    if dry_run:
+        return {"plan": plan}
+    safety = _safety_backup(home, p, "rewind", actor, reason, progress)
+    session = _session(spark, p.name) if restores else None
+    for layer, version in restores.items():
+        from delta.tables import DeltaTable
+
+        from spark_jobs.tables import retry_conflicts
+
+        target = home.confine(tables[layer])
+        retry_conflicts(lambda t=target, v=version: DeltaTable.forPath(session, str(t)).restoreToVersion(v),
+                        what=f"restore {target} to version {version}")
+        log.info("%s rewind: %s restored to version %d", p.name, layer, version)
+    staged = generations.staging_folder(home, p.name)
+    generations.stage_backup(path, staged)
+    for query in plan["fresh_queries"]:
+        shutil.rmtree(staged / query, ignore_errors=True)
+    number = generations.install(home, p, staged, f"rewind to {manifest.id}")
+    return {"plan": plan, "safety_backup": safety.id if safety else None, "generation": number,
+            "table_versions": backups.table_versions(home, p)}
+
+
+def _reset(home: WeirHome, p: Pipeline, *, reset_from: str | None, actor: str, reason: str | None,
+           dry_run: bool, progress: backups.Progress | None, **_: Any) -> dict[str, Any]:
+    if not reset_from:
+        raise UserError("reset needs --from earliest|latest|TIMESTAMP")
+    try:
+        plan = generations.plan_reset(home, p, reset_from)
+    except generations.ResetFromError as err:
+        raise UserError(str(err)) from None
+    if dry_run:
+        return {"plan": plan.as_dict(), "files_to_process": list(plan.pending_files)[:50]}
+    safety = _safety_backup(home, p, "reset", actor, reason, progress)
+    staged = generations.staging_folder(home, p.name)
+    generations.stage_reset(home, p, plan, staged)
+    number = generations.install(home, p, staged, f"reset --from {reset_from}")
+    generations.after_install(home, p, plan)
+    return {"plan": plan.as_dict(), "old_generation_backup": safety.id if safety else None,
+            "generation": number}
+
+
+def _prune(home: WeirHome, p: Pipeline, *, keep: int | None, dry_run: bool, **_: Any) -> dict[str, Any]:
+    """Keep the newest `keep` backups (old generations are backups too) and clear what crashed
+    operations left behind (partial backups, staging folders) once they are an hour old."""
+    if keep is None or keep < 1:
+        raise UserError("prune needs --keep N with N >= 1 (the newest N backups are kept)")
+    known = backups.list_backups(home, p.name)
+    doomed = [m.id for m in known[:-keep]] if len(known) > keep else []
+    leftovers = [entry for folder in (home.backups(p.name), home.checkpoints(p.name)) if folder.is_dir()
+                 for entry in folder.iterdir()
+                 if entry.name.startswith((".staging-", ".replaced-")) or entry.name.endswith(".partial")
+                 if time.time() - entry.stat().st_mtime > LEFTOVER_AGE_S]
+    if not dry_run:
+        for backup_id in doomed:
+            backups.remove_backup(home, p.name, backup_id)
+        for entry in leftovers:
+            shutil.rmtree(home.confine(entry), ignore_errors=True)
+    return {"removed": doomed, "kept": [m.id for m in known if m.id not in doomed],
+            "leftovers_removed": [str(e) for e in leftovers]}
+
+
+def _compat(home: WeirHome, p: Pipeline, *, spark: SparkSession | None, **_: Any) -> dict[str, Any]:
+    from spark_jobs.checkpoints.compat import compat
+
+    return compat(_session(spark, p.name), home, p)
+
+
+def _find(home: WeirHome, p: Pipeline, backup_id: str) -> tuple[backups.Manifest, Any]:
+    try:
+        return backups.find_backup(home, p.name, backup_id)
+    except backups.BackupNotFoundError as err:
+        raise UserError(str(err)) from None
+
+
+_ACTIONS = {
+    "inspect": _inspect, "validate": _validate, "backup": _backup, "backups": _backups,
+    "restore": _restore, "rewind": _rewind, "reset": _reset, "prune": _prune, "compat": _compat,
+}

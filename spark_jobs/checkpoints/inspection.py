@@ -1,0 +1,108 @@
+"""`inspect`: what a pipeline's checkpoint says, per query — where it is, the last committed
+batch, a batch planned but not committed, the source position, the stateful operators with their
+rows and size (Spark's `state-metadata` and `statestore` readers), files and bytes, and the
+settings the offset log pins for the query's life."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from spark_jobs.checkpoints import layout
+from spark_jobs.checkpoints.generations import current_generation
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from pyspark.sql import SparkSession
+
+    from spark_jobs.catalog import Pipeline
+    from spark_jobs.home import WeirHome
+
+log = logging.getLogger(__name__)
+# The pinned settings worth showing first; the whole map is in the JSON output.
+KEY_SETTINGS = (
+    "spark.sql.shuffle.partitions",
+    "spark.sql.streaming.stateStore.providerClass",
+    "spark.sql.streaming.aggregation.stateFormatVersion",
+    "spark.sql.streaming.multipleWatermarkPolicy",
+)
+
+
+def describe_source(query_dir: Path, index: int, offset: Any, committed: int | None) -> dict[str, Any]:
+    """A source position in words: files seen, Kafka offsets per partition, a Delta version."""
+    if isinstance(offset, dict) and "logOffset" in offset:
+        files = layout.file_source_entries(query_dir, index, committed)
+        return {"kind": "files", "log_offset": offset["logOffset"], "files_seen": len(files),
+                "newest_file": max((f.get("path", "") for f in files), default=None)}
+    if isinstance(offset, dict) and "reservoirVersion" in offset:
+        return {"kind": "delta", "table_id": offset.get("reservoirId"),
+                "version": offset.get("reservoirVersion"), "index": offset.get("index")}
+    if isinstance(offset, dict) and offset and all(isinstance(v, dict) for v in offset.values()):
+        return {"kind": "kafka", "offsets": {f"{topic}-{part}": off for topic, parts in offset.items()
+                                             for part, off in parts.items()}}
+    return {"kind": "unknown", "offset": offset}
+
+
+def inspect_query(query_dir: Path, spark: SparkSession | None) -> dict[str, Any]:
+    offsets = layout.batch_ids(query_dir / "offsets")
+    committed = layout.last_committed(query_dir)
+    latest = layout.last_readable(query_dir / "offsets")
+    planned = offsets[-1] if offsets and (committed is None or offsets[-1] > committed) else None
+    files, size = layout.folder_size(query_dir)
+    out: dict[str, Any] = {
+        "path": str(query_dir), "last_committed_batch": committed, "planned_uncommitted_batch": planned,
+        "files": files, "bytes": size, "sources": [], "pinned_settings": {}, "watermark_ms": None,
+        "state_operators": [],
+    }
+    if latest is not None:
+        try:
+            entry = layout.read_offsets(query_dir, latest[0])
+            out["sources"] = [describe_source(query_dir, i, s, committed) for i, s in enumerate(entry.sources)]
+            out["pinned_settings"] = entry.conf
+            out["watermark_ms"] = entry.watermark_ms
+            out["batch_timestamp_ms"] = entry.timestamp_ms
+        except (layout.LogFileError, ValueError) as err:
+            out["offsets_error"] = str(err)
+    out["state_operators"] = _state_operators(query_dir, spark)
+    return out
+
+
+def _state_operators(query_dir: Path, spark: SparkSession | None) -> list[dict[str, Any]]:
+    operators: dict[int, dict[str, Any]] = {}
+    for operator in layout.state_operators(query_dir):
+        count, size = layout.folder_size(operator)
+        operators[int(operator.name)] = {"operator_id": int(operator.name), "files": count, "bytes": size,
+                                         "partitions": len(layout.state_partitions(operator))}
+    if spark is None or not operators:
+        return list(operators.values())
+    try:
+        # The state reader needs the driver's state store coordinator, which the streaming query
+        # manager registers when it is first touched; a fresh CLI session has not touched it yet.
+        spark.streams.active  # noqa: B018
+        for row in spark.read.format("state-metadata").load(str(query_dir)).collect():
+            info = operators.setdefault(row.operatorId, {"operator_id": row.operatorId})
+            info.update(name=row.operatorName, store=row.stateStoreName, partitions=row.numPartitions,
+                        min_batch=row.minBatchId, max_batch=row.maxBatchId)
+        for op_id, info in operators.items():
+            reader = (spark.read.format("statestore").option("operatorId", op_id)
+                      .option("storeName", info.get("store") or "default"))
+            state = reader.load(str(query_dir))
+            info["rows"] = state.count()
+            info["key_schema"] = state.schema["key"].dataType.simpleString()
+    except Exception as err:  # a damaged checkpoint must still be inspectable from its files
+        log.warning("state readers failed on %s: %s", query_dir, err)
+        for info in operators.values():
+            info.setdefault("error", str(err).splitlines()[0][:300])
+    return list(operators.values())
+
+
+def inspect(home: WeirHome, pipeline: Pipeline, spark: SparkSession | None = None) -> dict[str, Any]:
+    """Every query of the pipeline's live checkpoint; state rows only when `spark` is given."""
+    queries = {}
+    for query in layout.query_names():
+        folder = layout.query_dir(home, pipeline, query)
+        queries[query] = inspect_query(folder, spark) if folder.is_dir() else {
+            "path": str(folder), "missing": True}
+    return {"pipeline": pipeline.name, "generation": current_generation(home, pipeline.name),
+            "queries": queries}
