@@ -51,7 +51,8 @@ def ingest(spark, pipeline: Pipeline, home: WeirHome) -> dict[str, float]:  # ty
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--sessions-per-file", type=int, default=60)
     parser.add_argument("--max-offsets", type=int, default=0,

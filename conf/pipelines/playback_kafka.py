@@ -9,7 +9,8 @@ from pathlib import Path
 
 from spark_jobs.catalog import KafkaSource
 
-_spec = importlib.util.spec_from_file_location("weir_catalog_playback", Path(__file__).with_name("playback.py"))
+_spec = importlib.util.spec_from_file_location("weir_catalog_playback",
+                                               Path(__file__).with_name("playback.py"))
 assert _spec is not None and _spec.loader is not None
 _playback = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_playback)

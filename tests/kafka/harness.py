@@ -5,14 +5,12 @@ the broker's records read back as the expected set."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 

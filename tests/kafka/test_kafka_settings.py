@@ -63,7 +63,7 @@ def test_catalog_servers_apply_without_overrides_and_local_means_the_dev_broker(
     assert kafka.connection(SOURCE, env={}).spark_options() == {"kafka.bootstrap.servers": "catalog:9092"}
     home = WeirHome(tmp_path)
     local = KafkaSource(topic="t", bootstrap_servers="local")
-    with pytest.raises(kafka.KafkaUnavailableError, match="broker.sh start"):
+    with pytest.raises(kafka.KafkaUnavailableError, match=r"broker\.sh start"):
         kafka.connection(local, home=home, env={})
     home.kafka.mkdir(parents=True)
     (home.kafka / "broker.json").write_text(json.dumps({"bootstrap_servers": "127.0.0.1:40001"}))

@@ -181,12 +181,15 @@ def test_offsets_gone_fail_loudly_unless_the_pipeline_opts_in(
     survivors = topic_records(conn, topic)
     assert set(survivors) == {(topic, 0, o) for o in range(cut, end)}
 
-    with pytest.raises(stream.StreamFailedError, match="failOnDataLoss"):
+    from pyspark.errors import StreamingQueryException
+
+    with pytest.raises((stream.StreamFailedError, StreamingQueryException), match="failOnDataLoss"):
         stream.run(pipeline, once=True, home=home, spark=spark)
     bronze = table(spark, home.table("bronze", pipeline.events_table))
     assert_exactly_once(bronze, ("topic", "partition", "offset"), set(seen), "bronze after the failure")
 
-    opted_in = dataclasses.replace(pipeline, source=dataclasses.replace(pipeline.source, fail_on_data_loss=False))
+    opted_in = dataclasses.replace(
+        pipeline, source=dataclasses.replace(pipeline.source, fail_on_data_loss=False))
     stream.run(opted_in, once=True, home=home, spark=spark)
     assert_exactly_once(bronze, ("topic", "partition", "offset"), set(seen) | set(survivors),
                         "bronze after skipping the lost offsets")
