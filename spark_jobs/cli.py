@@ -14,7 +14,7 @@ import os
 import sys
 
 COMMANDS = (
-    "run", "backfill", "sql", "generate", "produce", "status", "stop", "maintain", "checkpoint",
+    "run", "backfill", "sql", "generate", "produce", "status", "stop", "maintain", "checkpoint", "dq",
 )
 
 
