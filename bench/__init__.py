@@ -1,0 +1,1 @@
+"""Weir's benchmark harness: `python -m bench.run` (see `docs/performance.md`)."""

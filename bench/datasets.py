@@ -1,0 +1,71 @@
+"""Benchmark inputs: realistic playback landing files made once per run by the platform's own
+generator, then hard-linked into each measurement's fresh WEIR_HOME, so every baseline reads the
+very same bytes."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from spark_jobs.generator import generate
+
+log = logging.getLogger(__name__)
+# Every dataset lies inside one UTC day, so the back-fill of that day re-derives all of it.
+DAY = dt.date(2026, 11, 18)
+START = dt.datetime(DAY.year, DAY.month, DAY.day, 0, 5, tzinfo=dt.timezone.utc)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A folder of landing files and what is in it."""
+
+    name: str
+    path: str
+    files: int
+    lines: int
+    valid_events: int
+    bytes: int
+    day: str = DAY.isoformat()
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> Dataset:
+        return cls(**data)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Size:
+    """How a dataset is generated: `files` landing files of `sessions_per_file` sessions each."""
+
+    files: int
+    sessions_per_file: int
+
+
+def make(root: Path, name: str, size: Size, *, seed: int) -> Dataset:
+    """Generate dataset `name` under `root` (replacing an old one of that name)."""
+    path = (root / name).absolute()
+    shutil.rmtree(path, ignore_errors=True)
+    written = generate(path, files=size.files, sessions_per_file=size.sessions_per_file, seed=seed,
+                       start=START, prefix=f"b{name}")
+    dataset = Dataset(name=name, path=str(path), files=len(written.files), lines=written.lines,
+                      valid_events=len(written.event_ids),
+                      bytes=sum(f.stat().st_size for f in written.files))
+    (root / f"{name}.json").write_text(json.dumps(asdict(dataset)))
+    log.info("dataset %s: %d files, %d lines, %.1f MB", name, dataset.files, dataset.lines,
+             dataset.bytes / 1e6)
+    return dataset
+
+
+def link_into(dataset: Dataset, landing: Path) -> None:
+    """Put the dataset's files into a landing folder (hard links: no copy, same bytes)."""
+    landing.mkdir(parents=True, exist_ok=True)
+    for source in sorted(Path(dataset.path).iterdir()):
+        target = landing / source.name
+        try:
+            os.link(source, target)
+        except OSError:
+            shutil.copyfile(source, target)
