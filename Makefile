@@ -28,6 +28,9 @@ demo: setup
 test: setup
 	$(PY) -m pytest
 
+bench: setup
+	$(PY) -m bench.run $(BENCH_ARGS)
+
 lint: setup
 	$(VENV)/bin/ruff check spark_jobs plugins dags tests bench
 
