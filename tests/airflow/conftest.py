@@ -1,0 +1,16 @@
+"""Airflow for the control-plane tests: the repo's plugins folder on sys.path (as Airflow puts it),
+a throw-away AIRFLOW_HOME, and the Spark master of `spark_default` as a small local one."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "plugins"))
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="weir-airflow-test-"))
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(REPO / "dags"))
+os.environ.setdefault("AIRFLOW__CORE__PLUGINS_FOLDER", str(REPO / "plugins"))
