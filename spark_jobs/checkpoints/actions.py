@@ -56,8 +56,10 @@ def run_action(pipeline: str, action: str, *, backup_id: str | None = None,
         raise UserError(f"unknown checkpoint action {action!r}; expected one of {', '.join(ACTIONS)}")
     home = home or WeirHome.from_env()
     p = catalog.load(pipeline)
-    home.confine(home.checkpoints(p.name))
-    home.confine(home.backups(p.name))
+    # Refuse up front, before any copy or event, when a path the action may touch escapes.
+    for path in (home.checkpoints(p.name), home.backups(p.name),
+                 *(layout.query_dir(home, p, q) for q in layout.query_names())):
+        home.confine(path)
     if action in DESTRUCTIVE and not (confirm or dry_run):
         raise ConfirmationRequiredError(
             f"{action} of {p.name} is destructive: confirm it (--yes on the CLI, the confirm Param in "
@@ -139,7 +141,8 @@ def _backup(home: WeirHome, p: Pipeline, *, actor: str, reason: str | None, dry_
     if not any(layout.query_dir(home, p, q).is_dir() for q in layout.query_names()):
         raise UserError(f"{p.name} has no checkpoint yet: nothing to back up")
     generation = int(generations.current_generation(home, p.name).get("generation", 0))
-    kind = "scheduled" if actor == "airflow" and reason == "scheduled" else "manual"
+    periodic = actor == "airflow" and any(w in (reason or "") for w in ("periodic", "scheduled"))
+    kind = "scheduled" if periodic else "manual"
     manifest = backups.take_backup(home, p, kind=kind, actor=actor, reason=reason,
                                    generation=generation, progress=progress)
     return {"id": manifest.id, "backup": manifest.as_dict()}

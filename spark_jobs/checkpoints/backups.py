@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
-BACKUP_ID = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")
+BACKUP_ID = re.compile(r"^\d{8}T\d{9}Z-[0-9a-f]{6}$")
 Progress = Callable[[int, int], None]
 
 
@@ -82,9 +82,9 @@ class Manifest:
 
 
 def new_backup_id(now: dt.datetime | None = None) -> str:
-    """Sortable by time: `20261120T230501Z-1a2b3c`."""
+    """Sortable by time, to the millisecond: `20261120T230501123Z-1a2b3c`."""
     now = now or dt.datetime.now(dt.UTC)
-    return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:6]}"
+    return f"{now.strftime('%Y%m%dT%H%M%S')}{now.microsecond // 1000:03d}Z-{uuid.uuid4().hex[:6]}"
 
 
 def delta_version(table: Path) -> int | None:
@@ -178,7 +178,7 @@ def take_backup(home: WeirHome, pipeline: Pipeline, *, kind: str = "manual", who
 
 
 def _now_iso() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def list_backups(home: WeirHome, pipeline: str) -> list[Manifest]:
@@ -194,7 +194,7 @@ def list_backups(home: WeirHome, pipeline: str) -> list[Manifest]:
                 out.append(Manifest.from_dict(json.loads(manifest.read_text())))
             except (ValueError, KeyError, TypeError) as err:
                 log.warning("%s: unreadable backup manifest %s: %s", pipeline, manifest, err)
-    return out
+    return sorted(out, key=lambda m: (m.created_at, m.id))
 
 
 def find_backup(home: WeirHome, pipeline: str, backup_id: str) -> tuple[Manifest, Path]:

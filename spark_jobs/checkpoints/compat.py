@@ -221,7 +221,7 @@ def compare_query(query: str, query_dir: Path, code: CodePlan, pipeline: Pipelin
             reasons.append(Reason("needs state reset", query,
                                   f"state key of operator {operator.name} changed: checkpoint {_fields(key)}, "
                                   f"code {_fields(info['key'])}"))
-        if [t for _, t in value] != [t for _, t in info["value"]]:
+        if value != info["value"]:
             reasons.append(Reason("needs state reset", query,
                                   f"state value of operator {operator.name} changed (measures): checkpoint "
                                   f"{_fields(value)}, code {_fields(info['value'])}"))
