@@ -22,6 +22,9 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	mkdir -p .cache/jars
 	$(PY) -m spark_jobs.jars
 
+up: setup
+	infra/airflow/up.sh
+
 demo: setup
 	$(PY) -m spark_jobs.demo
 
