@@ -83,7 +83,8 @@ def one_round(home: WeirHome, pipeline: str, index: int, timeout_s: float) -> di
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pipeline", default="playback")
     parser.add_argument("--kills", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per wait")

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from spark_jobs import catalog, transforms
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables, ensure_tables, read_dimension
-from spark_jobs.tables import in_list, insert_new, upsert
+from spark_jobs.tables import append_new, in_list, insert_new, upsert
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -61,8 +61,8 @@ class IngestBatch:
             if not sources:
                 return
             by_source = in_list("source", sources)
-            insert_new(batch, t.bronze, transforms.BRONZE_KEY, prune=by_source)
-            insert_new(transforms.rejects(parsed), t.quarantine, transforms.BRONZE_KEY, prune=by_source)
+            append_new(batch, t.bronze, transforms.BRONZE_KEY, prune=by_source)
+            append_new(transforms.rejects(parsed), t.quarantine, transforms.BRONZE_KEY, prune=by_source)
             rows = transforms.silver(parsed, read_dimension(batch.sparkSession, t), p).persist()
             try:
                 dates = [row[0] for row in rows.select("event_date").distinct().collect()]

@@ -62,7 +62,7 @@ def wait_port(port: int, timeout_s: float) -> bool:
 def launch(name: str, args: list[str]) -> subprocess.Popen[bytes]:
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1",
            "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
-    log = open(folder() / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
+    log = open(folder() / f"{name}.log", "ab")
     return subprocess.Popen([str(spark_class()), *args], stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, env=env, start_new_session=True)
 
@@ -124,7 +124,8 @@ def stop() -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("action", choices=["start", "stop", "status"])
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--memory", default="2g")

@@ -12,7 +12,7 @@ from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-from spark_jobs.control.driver import LaunchRecord, VENV_PYTHON, driver_environment, spawn
+from spark_jobs.control.driver import VENV_PYTHON, LaunchRecord, driver_environment, spawn
 from spark_jobs.home import WeirHome
 
 DEFAULT_MASTER = "local[*]"

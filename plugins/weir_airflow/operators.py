@@ -14,7 +14,6 @@ import logging
 import signal
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from airflow.sdk import BaseOperator
@@ -56,7 +55,6 @@ class StreamSupervisorOperator(BaseOperator):
 
     # -- deploy -----------------------------------------------------------------------------
     def execute(self, context: Any) -> None:
-        from spark_jobs.control import eventlog
         from spark_jobs.control.supervision import SupervisorState, clear_stopped
 
         home = weir_home()
@@ -249,7 +247,8 @@ class StreamRestartOperator(BaseOperator):
             raise ValueError(f"mode {self.mode} rewrites the checkpoint: set confirm=true to proceed")
         outcome = stop_driver(home, self.pipeline, actor=actor, reason=reason, intent="restart",
                               graceful_timeout_s=self.graceful_timeout_s)
-        result: dict[str, Any] = {"stop": outcome.outcome, "driver_pid": outcome.driver_pid, "mode": self.mode}
+        result: dict[str, Any] = {"stop": outcome.outcome, "driver_pid": outcome.driver_pid,
+                                  "mode": self.mode}
         if self.mode != "restart":
             from spark_jobs.checkpoints import run_action
 

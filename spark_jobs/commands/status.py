@@ -28,7 +28,8 @@ def handle(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     table = Table(title="Weir pipelines")
-    for column in ("pipeline", "state", "driver pid", "restarts", "query", "last batch", "last progress (UTC)"):
+    for column in ("pipeline", "state", "driver pid", "restarts", "query", "last batch",
+                   "last progress (UTC)"):
         table.add_column(column)
     colours = {"RUNNING": "green", "STARTING": "cyan", "STALLED": "yellow", "RESTARTING": "yellow",
                "STOPPING": "cyan", "FAILED": "red"}

@@ -9,7 +9,8 @@ from spark_jobs.commands import pipeline_arg
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("stop", help="stop a pipeline's stream at a batch boundary", description=__doc__)
+    p = subparsers.add_parser("stop", help="stop a pipeline's stream at a batch boundary",
+                              description=__doc__)
     p.add_argument("pipeline", type=pipeline_arg)
     p.add_argument("--reason", help="why (written to the event log)")
     p.add_argument("--timeout", type=float, default=90.0, help="seconds before SIGTERM, then SIGKILL")
@@ -29,7 +30,8 @@ def handle(args: argparse.Namespace) -> int:
     outcome = stop_driver(home, args.pipeline, actor=actor, reason=args.reason,
                           graceful_timeout_s=args.timeout)
     eventlog.record(args.pipeline, "stop", outcome.outcome, actor=actor, reason=args.reason,
-                    details={"driver_pid": outcome.driver_pid, "seconds": round(outcome.seconds, 1)}, home=home)
+                    details={"driver_pid": outcome.driver_pid, "seconds": round(outcome.seconds, 1)},
+                    home=home)
     summary = {"pipeline": args.pipeline, "outcome": outcome.outcome, "driver_pid": outcome.driver_pid,
                "seconds": round(outcome.seconds, 1)}
     print(json.dumps(summary) if args.json else

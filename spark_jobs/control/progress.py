@@ -71,7 +71,7 @@ def _offsets(value: Any) -> Any:
 
 
 def kafka_lag(sources: list[dict[str, Any]]) -> tuple[int | None, dict[str, int] | None]:
-    """Kafka lag from a progress's sources: latestOffset − endOffset per topic-partition
+    """Kafka lag from a progress's sources: latestOffset - endOffset per topic-partition
     (None when no source is Kafka)."""
     per_partition: dict[str, int] = {}
     seen = False

@@ -12,9 +12,8 @@ from typing import Any
 from spark_jobs import catalog
 from spark_jobs.control import progress
 from spark_jobs.control.health import assess
-from spark_jobs.control.lease import iso
+from spark_jobs.control.lease import iso, now_utc
 from spark_jobs.control.supervision import SupervisorState, recent_restarts, stopped_marker
-from spark_jobs.control.lease import now_utc
 from spark_jobs.home import WeirHome
 
 STATES = {"running": "RUNNING", "starting": "STARTING", "stalled": "STALLED", "stopping": "STOPPING",

@@ -51,7 +51,8 @@ def recent_restarts(restarts: list[str], policy: RestartPolicy, now: dt.datetime
     return [t for t in (parse_iso(s) for s in restarts) if now - t < window]
 
 
-def next_backoff_s(restarts: list[str], policy: RestartPolicy, now: dt.datetime | None = None) -> float | None:
+def next_backoff_s(restarts: list[str], policy: RestartPolicy,
+                   now: dt.datetime | None = None) -> float | None:
     """Seconds to wait before the next restart (exponential in the restarts of the current
     window), or None when the window's restart budget is spent."""
     recent = recent_restarts(restarts, policy, now or now_utc())

@@ -32,7 +32,7 @@ for dag_id, dag in bag.dags.items():
     dags[dag_id] = {
         "tasks": sorted(dag.task_ids), "tags": sorted(dag.tags), "owner": dag.owner,
         "params": {k: v.value if not hasattr(v, "dump") else v.dump() for k, v in dag.params.items()},
-        "schedule": str(dag.timetable.summary), "max_active_runs": dag.max_active_runs,
+        "max_active_runs": dag.max_active_runs,
         "callbacks": [bool(t.on_failure_callback) for t in dag.tasks],
     }
 print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "stats": stats,

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from spark_jobs import catalog
 from spark_jobs.control import eventlog
 from spark_jobs.control import lease as leases
 from spark_jobs.control.driver import read_launch
@@ -20,7 +21,6 @@ from spark_jobs.control.status import pipeline_status
 from spark_jobs.generator import generate
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables
-from spark_jobs import catalog
 from tests.airflow.supervision_harness import (
     DRIVER_CONF,
     LOCAL_MASTER,
@@ -104,7 +104,8 @@ def test_deploy_adopt_kill_restart_stop(home: WeirHome, spark, local_spark: None
         event = next_event(deferred.trigger, 30)
         assert event["verdict"] == "stopped"
         assert supervisor.on_driver_event(ctx, event) is None
-        [logged] = [e for e in eventlog.read(home, P) if e["action"] == "restart" and e["outcome"] == "requested"]
+        [logged] = [e for e in eventlog.read(home, P)
+                    if e["action"] == "restart" and e["outcome"] == "requested"]
         assert logged["reason"] == "INC-42: stuck consumer" and logged["actor"] == "oncall-alice"
 
         redeploy = StreamSupervisorOperator(task_id="supervise", pipeline=P, spark_conf=DRIVER_CONF)
