@@ -25,7 +25,6 @@ from spark_jobs.quality import suites
 from spark_jobs.quality.report import DqReport, ExpectationOutcome
 
 if TYPE_CHECKING:
-    from pathlib import Path
 
     from great_expectations.core import ExpectationSuiteValidationResult
     from great_expectations.data_context import AbstractDataContext
@@ -74,10 +73,13 @@ def run_dq(pipeline: str, date_from: dt.date | None = None, date_to: dt.date | N
     run_id = f"{run_time:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
     log.info("%s dq run %s over %s..%s", pipeline, run_id, date_from, date_to)
 
-    frames = {layer: _frame(spark, tables, entry, layer, suite.for_layer(layer, stream_running=stream_running),
-                            date_from, date_to) for layer in suites.LAYERS}
+    frames = {layer: _frame(spark, tables, entry, layer,
+                            suite.for_layer(layer, stream_running=stream_running), date_from, date_to)
+              for layer in suites.LAYERS}
     try:
+        phase = time.monotonic()
         parameters = _parameters(spark, entry, suite, tables, date_from, date_to, now, stream_running)
+        log.info("%s dq run %s: parameters in %.1fs", pipeline, run_id, time.monotonic() - phase)
         outcomes: list[ExpectationOutcome] = []
         row_counts: dict[str, int] = {}
         from spark_jobs.quality import gx_context
@@ -90,15 +92,22 @@ def run_dq(pipeline: str, date_from: dt.date | None = None, date_to: dt.date | N
                 continue
             table = _table_label(entry, layer)
             frame = frames[layer]
+            phase = time.monotonic()
             row_counts[table] = frame.count()   # also materialises the cache before GE starts
+            loaded = time.monotonic()
             result, identifier = _validate(context, pipeline, table, specs, frame, parameters, run_id,
                                            run_time)
+            log.info("%s dq run %s: %s read and cached in %.1fs (%d rows), validated in %.1fs",
+                     pipeline, run_id, table, loaded - phase, row_counts[table],
+                     time.monotonic() - loaded)
             identifiers.append(identifier)
             outcomes += _outcomes(table, specs, result)
     finally:
         for frame in frames.values():
             frame.unpersist()
+    phase = time.monotonic()
     docs = gx_context.build_docs(home, identifiers)
+    log.info("%s dq run %s: Data Docs in %.1fs", pipeline, run_id, time.monotonic() - phase)
     report = DqReport(run_id=run_id, pipeline=pipeline, run_time=run_time, date_from=date_from,
                       date_to=date_to, outcomes=tuple(outcomes), docs_path=docs,
                       stream_running=stream_running, duration_s=time.monotonic() - started,
@@ -218,7 +227,8 @@ def _validate(context: AbstractDataContext, pipeline: str, table: str,
     import great_expectations as gx
     from great_expectations.core.run_identifier import RunIdentifier
     from great_expectations.data_context.types.resource_identifiers import (
-        ExpectationSuiteIdentifier, ValidationResultIdentifier,
+        ExpectationSuiteIdentifier,
+        ValidationResultIdentifier,
     )
 
     from spark_jobs.quality import gx_context

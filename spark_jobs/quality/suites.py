@@ -101,9 +101,7 @@ def load(pipeline: str) -> SuiteSpec:
     path = suite_path(pipeline)
     if not path.is_file():
         raise SuiteError(f"pipeline {pipeline!r} has no expectation suite: {path} is missing")
-    document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    if not isinstance(document, dict):
-        raise SuiteError(f"{path}: expected a mapping with 'settings', 'silver' and 'gold'")
+    document = _document(path, yaml.safe_load(path.read_text(encoding="utf-8")) or {}, seen=(pipeline,))
     unknown = set(document) - {"settings", *LAYERS}
     if unknown:
         raise SuiteError(f"{path}: unknown top-level key(s) {', '.join(sorted(unknown))}")
@@ -120,6 +118,29 @@ def load(pipeline: str) -> SuiteSpec:
             settings.get("freshness_lag", "15 minutes"), what=f"{path}: freshness_lag"),
         extra={k: v for k, v in settings.items() if k not in ("event_time_tolerance", "freshness_lag")},
     )
+
+
+def _document(path: Path, document: Any, *, seen: tuple[str, ...]) -> dict[str, Any]:
+    """The suite document with `extends: <pipeline>` resolved: the base pipeline's suite, with
+    this file's `settings` keys and layer lists taking precedence (a pipeline that differs from
+    another only by its source keeps one suite)."""
+    import yaml
+
+    if not isinstance(document, dict):
+        raise SuiteError(f"{path}: expected a mapping with 'settings', 'silver' and 'gold'")
+    base_name = document.pop("extends", None)
+    if base_name is None:
+        return document
+    if base_name in seen:
+        raise SuiteError(f"{path}: 'extends' cycle through {' -> '.join((*seen, base_name))}")
+    base_path = suite_path(str(base_name))
+    if not base_path.is_file():
+        raise SuiteError(f"{path}: extends {base_name!r}, but {base_path} is missing")
+    base = _document(base_path, yaml.safe_load(base_path.read_text(encoding="utf-8")) or {},
+                     seen=(*seen, str(base_name)))
+    merged = {**base, **{k: v for k, v in document.items() if k != "settings"}}
+    merged["settings"] = {**(base.get("settings") or {}), **(document.get("settings") or {})}
+    return merged
 
 
 def _entry(path: Path, layer: Layer, index: int, entry: Any) -> ExpectationSpec:
