@@ -72,7 +72,7 @@ class StreamSupervisorOperator(BaseOperator):
         """Adopt the live lease holder (or a launch still starting), else launch; True when adopted."""
         from spark_jobs.control import eventlog
         from spark_jobs.control import lease as leases
-        from spark_jobs.control.driver import STREAM_ENTRY, read_launch
+        from spark_jobs.control.driver import STREAM_ENTRY, kill_launch, read_launch
 
         home = weir_home()
         holder = leases.holder(home, self.pipeline)
@@ -84,6 +84,10 @@ class StreamSupervisorOperator(BaseOperator):
             eventlog.record(self.pipeline, "adopt", "ok", actor=actor_of(context), reason=reason,
                             details={"driver_pid": pid, "after": action, **(details or {})}, home=home)
             return True
+        if leases.read(home, self.pipeline) is not None:
+            # A dead holder's lease: its spark-submit JVM may linger; clear both before launching.
+            kill_launch(home, self.pipeline, signal.SIGKILL)
+            leases.clear_stale(home, self.pipeline)
         hook = self._hook()
         record = hook.launch_detached(home, self.pipeline, str(STREAM_ENTRY))
         eventlog.record(self.pipeline, action, "launched", actor=actor_of(context), reason=reason,

@@ -3,10 +3,10 @@
 call `assess`.
 
 Verdicts: `running`; `starting` (launched, no query progress reported yet); `stalled` (alive but
-its heartbeat stopped, or a micro-batch has run longer than the policy's `stall_after_s`, or it
-never finished starting); `stopping` (a stop was requested and it is still up); `dead` (it was
-launched or held the lease and is gone); `stopped` (intentionally stopped, nothing running);
-`absent` (never deployed).
+its heartbeat stopped, or a micro-batch has run longer than the policy's `stall_after_s` with no
+Spark task finishing meanwhile, or it never finished starting); `stopping` (a stop was
+requested and it is still up); `dead` (it was launched or held the lease and is gone);
+`stopped` (intentionally stopped, nothing running); `absent` (never deployed).
 """
 
 from __future__ import annotations
@@ -55,11 +55,13 @@ def assess(home: WeirHome, pipeline: str, *, stall_after_s: float,
                           record.pid, launch_pid, beat)
         if stop_request_path(home, pipeline).exists() or beat.get("state") == "stopping":
             return Health("stopping", "stop requested", record.pid, launch_pid, beat)
+        idle_tasks = _age_s(beat.get("tasks_progress_at"))
         for name, query in (beat.get("queries") or {}).items():
             busy = _age_s(query.get("trigger_active_since"))
-            if busy is not None and busy > stall_after_s and query.get("active", True):
-                return Health("stalled", f"{name}: micro-batch running for {busy:.0f}s",
-                              record.pid, launch_pid, beat)
+            if (busy is not None and busy > stall_after_s and query.get("active", True)
+                    and (idle_tasks is None or idle_tasks > stall_after_s)):
+                return Health("stalled", f"{name}: micro-batch running for {busy:.0f}s with no Spark "
+                              f"task finished for {idle_tasks or busy:.0f}s", record.pid, launch_pid, beat)
         if beat.get("state") == "starting" or not beat.get("queries"):
             started = _age_s(beat.get("started_at")) or 0.0
             if started > startup_timeout_s:

@@ -79,6 +79,8 @@ class DriverMonitor:
         self.queries: list[StreamingQuery] = []
         self.state = "starting"
         self._per_query: dict[str, dict[str, Any]] = {}
+        self._task_fingerprint: tuple[Any, ...] | None = None
+        self.tasks_progress_at: str | None = None
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._writer = progress_table.ProgressWriter(home)
@@ -146,12 +148,32 @@ class DriverMonitor:
                          message=status.get("message"))
         return states
 
+    def _note_task_progress(self) -> None:
+        """Remember when Spark last made progress inside a batch (a task finished, a stage or job
+        started), so a long but working micro-batch is never mistaken for a stalled one."""
+        try:
+            tracker = self.spark.sparkContext.statusTracker()
+            stages = sorted(tracker.getActiveStageIds())
+            done = 0
+            for stage in stages:
+                info = tracker.getStageInfo(stage)
+                if info is not None:
+                    done += info.numCompletedTasks
+            fingerprint: tuple[Any, ...] = (tuple(stages), done, tuple(sorted(tracker.getActiveJobsIds())))
+        except Exception:  # the JVM side is going away
+            return
+        if fingerprint != self._task_fingerprint:
+            self._task_fingerprint = fingerprint
+            self.tasks_progress_at = iso(now_utc())
+
     def beat(self) -> None:
         """Write the heartbeat once (atomic rename)."""
+        self._note_task_progress()
         payload = {
             "pipeline": self.pipeline, "pid": os.getpid(), "host": self.lease.record.host,
             "token": self.lease.token, "at": iso(now_utc()), "started_at": self.started_at,
-            "state": self.state, "queries": self._query_states(),
+            "state": self.state, "tasks_progress_at": self.tasks_progress_at,
+            "queries": self._query_states(),
         }
         write_json_atomically(heartbeat_path(self.home, self.pipeline), payload)
 

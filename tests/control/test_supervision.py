@@ -61,8 +61,12 @@ def test_health_follows_the_driver_files(home: WeirHome) -> None:
                                             "trigger_active_since": leases.iso(leases.now_utc())}}}
     leases.write_json_atomically(leases.heartbeat_path(home, "playback"), beat)
     assert assess(home, "playback", stall_after_s=60).verdict == "running"
-    beat["queries"]["playback_ingest"]["trigger_active_since"] = leases.iso(
-        leases.now_utc() - dt.timedelta(seconds=120))
+    long_ago = leases.iso(leases.now_utc() - dt.timedelta(seconds=120))
+    beat["queries"]["playback_ingest"]["trigger_active_since"] = long_ago
+    beat["tasks_progress_at"] = leases.iso(leases.now_utc())  # slow, but Spark tasks still finish
+    leases.write_json_atomically(leases.heartbeat_path(home, "playback"), beat)
+    assert assess(home, "playback", stall_after_s=60).verdict == "running"
+    beat["tasks_progress_at"] = long_ago  # nothing moved for two minutes
     leases.write_json_atomically(leases.heartbeat_path(home, "playback"), beat)
     assert assess(home, "playback", stall_after_s=60).verdict == "stalled"
     held.release()
