@@ -5,6 +5,7 @@ the broker's records read back as the expected set."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -52,7 +53,7 @@ class Broker:
 def kafka_pipeline(topic: str, bootstrap: str, **source: object) -> Pipeline:
     """The repository's playback_kafka entry pointed at `topic` on the test broker."""
     base = catalog.load("playback_kafka")
-    return dataclasses.replace(base, trigger_interval="1 second",
+    return dataclasses.replace(base, trigger_interval="2 seconds", shuffle_partitions=2,
                                source=KafkaSource(topic=topic, bootstrap_servers=bootstrap, **source))  # type: ignore[arg-type]
 
 
@@ -73,7 +74,7 @@ _spec = importlib.util.spec_from_file_location(
     "weir_test_playback_kafka", REPO_ROOT / "conf" / "pipelines" / "playback_kafka.py")
 _base = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_base)
-PIPELINE = dataclasses.replace(_base.PIPELINE, trigger_interval="1 second",
+PIPELINE = dataclasses.replace(_base.PIPELINE, trigger_interval="2 seconds", shuffle_partitions=2,
                                source=KafkaSource({args}))
 ''')
     return folder
@@ -82,7 +83,8 @@ PIPELINE = dataclasses.replace(_base.PIPELINE, trigger_interval="1 second",
 def driver_env(home: WeirHome, conf: Path) -> dict[str, str]:
     return {**os.environ, "WEIR_HOME": str(home.root), "WEIR_CONF": str(conf),
             "WEIR_SPARK_MASTER": "local[2]", "WEIR_SPARK_LOG_LEVEL": "ERROR",
-            "PYSPARK_SUBMIT_ARGS": "--driver-memory 1g pyspark-shell"}
+            "PYSPARK_SUBMIT_ARGS": "--driver-memory 1g --conf spark.ui.enabled=false "
+                                   "--conf spark.default.parallelism=2 pyspark-shell"}
 
 
 class Driver:
@@ -107,7 +109,7 @@ class Driver:
     def terminate(self, timeout_s: float = 120) -> int:
         """SIGTERM: the driver stops at a batch boundary."""
         if self.alive():
-            os.killpg(self.process.pid, signal.SIGTERM)
+            os.kill(self.process.pid, signal.SIGTERM)  # the driver, not its JVM: it stops the queries
         try:
             return self.process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -122,6 +124,20 @@ def delta_version(table: Path) -> int:
     """The latest committed version of a Delta table (-1 when none), read from its log folder."""
     versions = [int(p.stem) for p in (table / "_delta_log").glob("*.json") if p.stem.isdigit()]
     return max(versions, default=-1)
+
+
+def delta_row_count(table: Path) -> int:
+    """Rows in the latest version of a Delta table, from the file statistics in its JSON log
+    (no JVM: the test can poll a table a driver is writing without competing for the cores)."""
+    live: dict[str, int] = {}
+    for commit in sorted((table / "_delta_log").glob("*.json")):
+        for line in commit.read_text().splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                live[action["add"]["path"]] = json.loads(action["add"]["stats"])["numRecords"]
+            elif "remove" in action:
+                live.pop(action["remove"]["path"], None)
+    return sum(live.values())
 
 
 def wait_for(condition, timeout_s: float, what: str, driver: Driver | None = None,  # type: ignore[no-untyped-def]
