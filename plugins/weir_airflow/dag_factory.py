@@ -46,7 +46,10 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
     with DAG(f"{name}_stream", schedule=None, max_active_runs=1, tags=["weir", name, "stream"],
              description=f"Deploy and supervise {name}: {pipeline.description}",
              doc_md=__doc__, **common) as stream_dag:
-        StreamSupervisorOperator(task_id="supervise", pipeline=name)
+        # Retries cover the supervisor dying with its scheduler or worker (a retry adopts the live
+        # driver); a spent restart budget fails for good.
+        StreamSupervisorOperator(task_id="supervise", pipeline=name, retries=3,
+                                 retry_delay=dt.timedelta(seconds=15))
     dags[stream_dag.dag_id] = stream_dag
 
     with DAG(f"{name}_stop", schedule=None, max_active_runs=1, tags=["weir", name, "stream"],

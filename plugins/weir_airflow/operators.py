@@ -22,8 +22,12 @@ log = logging.getLogger(__name__)
 SHORT_BACKOFF_S = 5.0
 
 
-class RestartBudgetExhaustedError(RuntimeError):
-    """The pipeline's driver failed more often than its restart policy allows."""
+def budget_exhausted(message: str) -> Exception:
+    """The driver failed more often than its restart policy allows: fail the task for good (no
+    Airflow retry; its retries are for the supervisor itself dying, e.g. with the scheduler)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    return AirflowFailException(message)
 
 
 def actor_of(context: Any) -> str:
@@ -60,7 +64,10 @@ class StreamSupervisorOperator(BaseOperator):
         home = weir_home()
         clear_stopped(home, self.pipeline)  # deploying is the intent to run
         state = SupervisorState.load(home, self.pipeline)
-        state.state, state.restarts, state.last_reason = "running", [], None
+        ti = context.get("ti") if context else None
+        if getattr(ti, "try_number", 1) <= 1:  # a new deploy resets the budget, a retry does not
+            state.restarts, state.last_reason = [], None
+        state.state = "running"
         state.save(home)
         adopted = self._ensure_driver(context, action="deploy", reason=None)
         log.info("%s: %s; watching it from the triggerer", self.pipeline,
@@ -136,7 +143,7 @@ class StreamSupervisorOperator(BaseOperator):
             state.save(home)
             eventlog.record(self.pipeline, "restart", "budget_exhausted", actor="airflow",
                             reason=event["detail"], details={"restarts": state.restarts}, home=home)
-            raise RestartBudgetExhaustedError(
+            raise budget_exhausted(
                 f"{self.pipeline}: driver {verdict} ({event['detail']}) and the restart budget is spent: "
                 f"{len(state.restarts)} restarts within {self._policy().window_s:.0f}s")
         state.restarts.append(dt.datetime.now(dt.UTC).isoformat())
