@@ -139,7 +139,8 @@ def _backup(home: WeirHome, p: Pipeline, *, actor: str, reason: str | None, dry_
         return {"would_copy": {q: layout.last_committed(layout.query_dir(home, p, q))
                                for q in layout.query_names() if layout.query_dir(home, p, q).is_dir()}}
     if not any(layout.query_dir(home, p, q).is_dir() for q in layout.query_names()):
-        raise UserError(f"{p.name} has no checkpoint yet: nothing to back up")
+        # Not an error: the hourly backup DAG runs before a new pipeline's first start too.
+        return {"id": None, "skipped": f"{p.name} has no checkpoint yet: nothing to back up"}
     generation = int(generations.current_generation(home, p.name).get("generation", 0))
     periodic = actor == "airflow" and any(w in (reason or "") for w in ("periodic", "scheduled"))
     kind = "scheduled" if periodic else "manual"

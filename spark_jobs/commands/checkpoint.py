@@ -195,6 +195,9 @@ def _show_backup(console: Any, result: dict[str, Any]) -> None:
     if result.get("dry_run"):
         console.print(f"would copy batches {result['would_copy']}")
         return
+    if result["id"] is None:
+        console.print(result["skipped"])
+        return
     print(result["id"])
 
 
