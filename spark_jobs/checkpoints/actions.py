@@ -184,7 +184,8 @@ def _rewind(home: WeirHome, p: Pipeline, *, backup_id: str | None, actor: str, r
     restores = {layer: manifest.table_versions[layer] for layer in REWOUND_LAYERS
                 if manifest.table_versions.get(layer) is not None
                 and manifest.table_versions[layer] != current.get(layer)}
-    plan = {"backup": manifest.id, "ingest_batch": (manifest.queries.get("ingest") or backups.QueryCopy(None)).batch,
+    ingest = manifest.queries.get("ingest")
+    plan = {"backup": manifest.id, "ingest_batch": ingest.batch if ingest else None,
             "restore_tables": {layer: {"from": current.get(layer), "to": v} for layer, v in restores.items()},
             "fresh_queries": [q for q in layout.query_names() if q != "ingest"]}
     if dry_run:

@@ -205,12 +205,14 @@ def find_backup(home: WeirHome, pipeline: str, backup_id: str) -> tuple[Manifest
             raise BackupNotFoundError(f"{pipeline} has no backups yet")
         backup_id = known[-1].id
     if not BACKUP_ID.match(backup_id):
-        raise BackupNotFoundError(f"not a backup id: {backup_id!r} (see `weir checkpoint backups {pipeline}`)")
+        raise BackupNotFoundError(
+            f"not a backup id: {backup_id!r} (see `weir checkpoint backups {pipeline}`)")
     path = home.confine(home.backups(pipeline) / backup_id)
     for manifest in known:
         if manifest.id == backup_id:
             return manifest, path
-    raise BackupNotFoundError(f"no backup {backup_id} of {pipeline} (see `weir checkpoint backups {pipeline}`)")
+    raise BackupNotFoundError(
+        f"no backup {backup_id} of {pipeline} (see `weir checkpoint backups {pipeline}`)")
 
 
 def remove_backup(home: WeirHome, pipeline: str, backup_id: str) -> None:

@@ -57,7 +57,8 @@ def simple_type(data_type: Any) -> str:
         return names.get(data_type, data_type)
     kind = data_type.get("type")
     if kind == "struct":
-        return "struct<" + ",".join(f"{f['name']}:{simple_type(f['type'])}" for f in data_type["fields"]) + ">"
+        fields = ",".join(f"{f['name']}:{simple_type(f['type'])}" for f in data_type["fields"])
+        return f"struct<{fields}>"
     if kind == "array":
         return f"array<{simple_type(data_type['elementType'])}>"
     if kind == "map":
@@ -147,11 +148,11 @@ def _buffer_attributes(function: Any) -> Any:
 
 def current_queries(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> dict[str, DataFrame]:
     """The streaming DataFrames the current code runs (as `stream.start_query` builds them)."""
+    from delta.tables import DeltaTable
+
     from spark_jobs import transforms
     from spark_jobs.layers import PipelineTables
     from spark_jobs.sources import read_stream
-
-    from delta.tables import DeltaTable
 
     tables = PipelineTables.of(home, pipeline)
     out = {"ingest": read_stream(spark, pipeline, home)}
@@ -195,7 +196,8 @@ def compare_query(query: str, query_dir: Path, code: CodePlan, pipeline: Pipelin
     recorded = [s for s in entry.sources if s is not None]
     if len(recorded) != len(code.sources):
         reasons.append(Reason("needs state reset", query,
-                              f"the code reads {len(code.sources)} source(s), the checkpoint {len(recorded)}"))
+                              f"the code reads {len(code.sources)} source(s), "
+                              f"the checkpoint {len(recorded)}"))
     for offset, expected in zip(recorded, expected_sources, strict=False):
         kind = _source_kind(offset)
         if kind != expected["kind"]:
@@ -204,8 +206,10 @@ def compare_query(query: str, query_dir: Path, code: CodePlan, pipeline: Pipelin
                                   "record identities (bronze keys) change with it"))
         elif kind == "kafka" and set(offset) != set(expected.get("topics", set(offset))):
             reasons.append(Reason("needs state reset", query,
-                                  f"Kafka topics changed from {sorted(offset)} to {sorted(expected['topics'])}"))
-        elif kind == "delta" and expected.get("table_id") and offset.get("reservoirId") != expected["table_id"]:
+                                  f"Kafka topics changed from {sorted(offset)} to "
+                                  f"{sorted(expected['topics'])}"))
+        elif (kind == "delta" and expected.get("table_id")
+              and offset.get("reservoirId") != expected["table_id"]):
             reasons.append(Reason("needs state reset", query,
                                   f"the Delta table it reads was re-created (id {offset.get('reservoirId')} "
                                   f"in the checkpoint, {expected['table_id']} now)"))
@@ -221,7 +225,8 @@ def compare_query(query: str, query_dir: Path, code: CodePlan, pipeline: Pipelin
         key, value = schemas
         if key != info["key"]:
             reasons.append(Reason("needs state reset", query,
-                                  f"state key of operator {operator.name} changed: checkpoint {_fields(key)}, "
+                                  f"state key of operator {operator.name} changed: "
+                                  f"checkpoint {_fields(key)}, "
                                   f"code {_fields(info['key'])}"))
         if value != info["value"]:
             reasons.append(Reason("needs state reset", query,
@@ -231,7 +236,8 @@ def compare_query(query: str, query_dir: Path, code: CodePlan, pipeline: Pipelin
     if operators and pinned is not None and int(pinned) != pipeline.shuffle_partitions:
         reasons.append(Reason("needs state reset", query,
                               f"shuffle partitions: the checkpoint pins {pinned}, the pipeline sets "
-                              f"{pipeline.shuffle_partitions} (Spark keeps {pinned} until the state is reset)"))
+                              f"{pipeline.shuffle_partitions} (Spark keeps {pinned} until the state "
+                              "is reset)"))
     return reasons
 
 
@@ -257,7 +263,8 @@ def _table_reasons(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> l
     for layer, (path, schema) in expected.items():
         if not DeltaTable.isDeltaTable(spark, str(path)):
             continue
-        have = [(f.name, f.dataType.simpleString()) for f in spark.read.format("delta").load(str(path)).schema]
+        table_schema = spark.read.format("delta").load(str(path)).schema
+        have = [(f.name, f.dataType.simpleString()) for f in table_schema]
         want = [(f.name, f.dataType.simpleString()) for f in schema]
         if have != want:
             missing = [f"{n} {t}" for n, t in want if (n, t) not in have]
@@ -276,7 +283,8 @@ def compat(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> dict[str,
     tables = PipelineTables.of(home, pipeline)
     expected: dict[str, list[dict[str, Any]]] = {
         "ingest": [{"kind": pipeline.source.kind,
-                    **({"topics": {pipeline.source.topic}} if isinstance(pipeline.source, KafkaSource) else {})}],
+                    **({"topics": {pipeline.source.topic}}
+                       if isinstance(pipeline.source, KafkaSource) else {})}],
         "gold": [{"kind": "delta", "table_id": delta_table_id(tables.silver)}],
     }
     reasons: list[Reason] = []

@@ -58,7 +58,8 @@ def inspect_query(query_dir: Path, spark: SparkSession | None) -> dict[str, Any]
     if latest is not None:
         try:
             entry = layout.read_offsets(query_dir, latest[0])
-            out["sources"] = [describe_source(query_dir, i, s, committed) for i, s in enumerate(entry.sources)]
+            out["sources"] = [describe_source(query_dir, i, s, committed)
+                              for i, s in enumerate(entry.sources)]
             out["pinned_settings"] = entry.conf
             out["watermark_ms"] = entry.watermark_ms
             out["batch_timestamp_ms"] = entry.timestamp_ms

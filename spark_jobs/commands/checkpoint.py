@@ -82,8 +82,8 @@ def handle(args: argparse.Namespace) -> int:
 
     err = Console(stderr=True)
     with copy_progress(err, args.action in ("backup", "restore", "rewind", "reset")) as progress:
-        status = (err.status(f"{args.action} {args.pipeline}…") if args.action in ("inspect", "compat", "rewind")
-                  and err.is_terminal else _nothing())
+        slow = args.action in ("inspect", "compat", "rewind") and err.is_terminal
+        status = err.status(f"{args.action} {args.pipeline}…") if slow else _nothing()
         with status:
             result = run_action(
                 args.pipeline, args.action, backup_id=getattr(args, "backup_id", None),
@@ -148,7 +148,8 @@ def _show_inspect(console: Any, result: dict[str, Any]) -> None:
         table.add_row("watermark", _time_ms(q.get("watermark_ms")))
         for i, s in enumerate(q["sources"]):
             if s["kind"] == "files":
-                text = f"files: {s['files_seen']} seen (log offset {s['log_offset']}), newest {s['newest_file']}"
+                text = (f"files: {s['files_seen']} seen (log offset {s['log_offset']}), "
+                        f"newest {s['newest_file']}")
             elif s["kind"] == "kafka":
                 text = "kafka: " + ", ".join(f"{k}@{v}" for k, v in sorted(s["offsets"].items()))
             elif s["kind"] == "delta":

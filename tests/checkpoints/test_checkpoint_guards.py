@@ -39,7 +39,8 @@ def test_backup_of_a_running_stream_is_cut_at_the_last_committed_batch(home):
     write_checkpoint(home, planned=3, committed=2)
     result = run_action("playback", "backup", actor="test")
     copy = home.backups("playback") / result["id"] / "checkpoints" / "gold"
-    assert sorted(p.name for p in (copy / "offsets").iterdir() if not p.name.startswith(".")) == ["0", "1", "2"]
+    offsets = sorted(p.name for p in (copy / "offsets").iterdir() if not p.name.startswith("."))
+    assert offsets == ["0", "1", "2"]
     assert sorted(p.name for p in (copy / "commits").iterdir()) == ["0", "1", "2"]
     assert sorted(p.name for p in (copy / "state" / "0" / "0").iterdir()) == [
         "1.changelog", "2.changelog", "3.changelog"]
