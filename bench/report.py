@@ -193,6 +193,13 @@ def markdown_summary(doc: Document) -> str:
                       f"{lat.get('events_written')} written at {_fmt(lat.get('rate'))} ev/s, "
                       f"{lat.get('batches')} micro-batches, p90 {_fmt(lat.get('p90_s'), ' s')}, "
                       f"max {_fmt(lat.get('max_s'), ' s')}."]
+    profile = _result(doc, "ingest_profile")
+    if profile.get("steps_s"):
+        lines += ["", f"## Where an ingest micro-batch spends its time ({profile.get('lines')} lines, one batch)",
+                  "", "| step of `IngestBatch` | seconds |", "|---|---|"]
+        lines += [f"| {step} | {_fmt(float(sec))} |" for step, sec in profile["steps_s"].items()]
+        lines += ["", f"Rows in the alternative table after the replayed append: "
+                      f"{profile.get('alt_rows_after_replay')} (= one copy)."]
     if s["memory"]:
         lines += ["", "## Peak memory per worker", "", "| measurement | JVM peak RSS MB | heap pools peak MB | python peak RSS MB |",
                   "|---|---|---|---|"]

@@ -21,6 +21,7 @@ import logging
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -35,9 +36,10 @@ from spark_jobs.home import REPO_ROOT
 
 log = logging.getLogger("bench.run")
 RESULTS = REPO_ROOT / "bench" / "results"
-NAMES = ("ceiling", "bare", "platform_silver", "platform_gold", "latency", "backfill", "scaling",
-         "recovery", "dq", "kafka", "dag_parse")
-SPARK_NAMES = NAMES[:7]
+# In the order they run: what the goals need first, so that a run cut short by its time budget
+# (or a loaded machine) still has the baselines and the headline ratios.
+NAMES = ("ceiling", "bare", "platform_silver", "latency", "platform_gold", "backfill", "recovery",
+         "dq", "dag_parse", "scaling", "profile", "kafka")
 # --only X also runs what X's ratios are taken against (the latency rate is half of the
 # platform's sustained rate measured in the same run).
 NEEDS = {"latency": ("platform_silver",)}
@@ -62,8 +64,8 @@ class Profile:
     one_worker: bool
 
 
-FULL = Profile(base=Size(files=12, sessions_per_file=60), warmup=Size(files=2, sessions_per_file=10),
-               multipliers=(1, 4, 16), files_per_trigger=3, repeats_cheap=3, repeats_stream=1,
+FULL = Profile(base=Size(files=8, sessions_per_file=40), warmup=Size(files=2, sessions_per_file=10),
+               multipliers=(1, 4, 16), files_per_trigger=2, repeats_cheap=3, repeats_stream=1,
                latency_duration_s=45, latency_settle_s=10, scale_cores=True, worker_timeout_s=420,
                contributed_timeout_s=240, budget_s=1200, one_worker=False)
 QUICK = Profile(base=Size(files=2, sessions_per_file=6), warmup=Size(files=1, sessions_per_file=2),
@@ -125,15 +127,18 @@ def run_worker(suite: Suite, master: str, specs: list[Spec]) -> list[dict[str, A
     reason = ""
     with logfile.open("w") as log_handle:
         worker = subprocess.Popen([sys.executable, "-m", "bench.workloads", str(request), str(out)],
-                                  cwd=REPO_ROOT, stdout=log_handle, stderr=subprocess.STDOUT)
+                                  cwd=REPO_ROOT, stdout=log_handle, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
         try:
             code = worker.wait(timeout=timeout)
             if code != 0:
                 reason = f"worker exited {code} (log: {logfile})"
         except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
             reason = f"did not finish within {timeout:.0f}s"
+        finally:
+            if worker.poll() is None:       # timed out or interrupted: the worker and its JVM
+                os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait()
     log.info("worker (%s) done in %.0fs%s", labels, time.monotonic() - started,
              f": {reason}" if reason else "")
     done = {r["label"]: r for r in json.loads(out.read_text())} if out.is_file() else {}
@@ -141,74 +146,81 @@ def run_worker(suite: Suite, master: str, specs: list[Spec]) -> list[dict[str, A
             for s in specs]
 
 
-def spark_plan(suite: Suite) -> list[tuple[str, list[Spec]]]:
-    """(master, specs of one worker) in the order they run: baselines first, then what depends
-    on them. Latency is planned later, once the platform's sustained rate is known."""
-    p, chosen = suite.profile, set(suite.selected)
-    groups: list[tuple[str, list[Spec]]] = []
-    if "ceiling" in chosen:
-        groups.append(("local[2]", [suite.spec("ceiling", "ceiling", repeats=p.repeats_cheap),
-                                    suite.spec("ceiling_transforms", "ceiling_transforms",
-                                               repeats=p.repeats_cheap)]))
-    if "bare" in chosen:
-        groups.append(("local[2]", [suite.spec("bare", "bare", repeats=p.repeats_stream)]))
-    if "platform_silver" in chosen:
-        groups.append(("local[2]", [suite.spec("platform_silver", "platform_silver",
-                                               repeats=p.repeats_stream)]))
-    if "platform_gold" in chosen:
-        groups.append(("local[2]", [suite.spec("platform_gold", "platform_gold")]))
-    if "backfill" in chosen:
-        groups.append(("local[2]", [suite.spec("backfill", "backfill")]))
-    if "scaling" in chosen:
+def spark_specs(suite: Suite, name: str) -> list[tuple[str, list[Spec]]]:
+    """(master, specs of one worker) for the Spark measurement `name`."""
+    p = suite.profile
+    if name == "ceiling":
+        return [("local[2]", [suite.spec("ceiling", "ceiling", repeats=p.repeats_cheap),
+                              suite.spec("ceiling_transforms", "ceiling_transforms",
+                                         repeats=p.repeats_cheap)])]
+    if name in ("bare", "platform_silver"):
+        return [("local[2]", [suite.spec(name, name, repeats=p.repeats_stream)])]
+    if name in ("platform_gold", "backfill"):
+        return [("local[2]", [suite.spec(name, name)])]
+    if name == "scaling":
+        groups = []
         for m in p.multipliers:
             if m != 1:
-                groups.append(("local[2]", [suite.spec("platform_silver", f"scale_platform_x{m}",
-                                                       multiplier=m),
-                                            ]))
-                groups.append(("local[2]", [suite.spec("bare", f"scale_bare_x{m}", multiplier=m)]))
+                groups += [("local[2]", [suite.spec("platform_silver", f"scale_platform_x{m}", multiplier=m)]),
+                           ("local[2]", [suite.spec("bare", f"scale_bare_x{m}", multiplier=m)])]
         if p.scale_cores:
-            groups.append(("local[1]", [suite.spec("platform_silver", "scale_platform_local1")]))
-            groups.append(("local[1]", [suite.spec("bare", "scale_bare_local1")]))
-    return groups
-
-
-def run_spark(suite: Suite) -> None:
-    groups = spark_plan(suite)
-    if suite.profile.one_worker:
-        groups = [("local[2]", [s for _, specs in groups for s in specs])] if groups else []
-        # The latency run needs the platform's rate: it goes into a second (quick) pass below.
-    for master, specs in groups:
-        for result in run_worker(suite, master, specs):
-            suite.results[result["label"]] = result
-    if "latency" in suite.selected:
+            groups += [("local[1]", [suite.spec("platform_silver", "scale_platform_local1")]),
+                       ("local[1]", [suite.spec("bare", "scale_bare_local1")])]
+        return groups
+    if name == "profile":
+        return [("local[2]", [suite.spec("ingest_profile", "ingest_profile", multiplier=4)])]
+    if name == "latency":
         silver = suite.results.get("platform_silver", {})
         rate = silver.get("sustained_events_per_s") or silver.get("events_per_s")
         if not rate:
-            suite.results["latency"] = {"label": "latency", "not_measured":
-                                        "no platform landing → silver rate measured in this run"}
-            return
-        p = suite.profile
+            return []
         spec = suite.spec("latency", "latency", rate=round(rate / 2, 1), trigger="1 second",
                           duration_s=p.latency_duration_s, settle_s=p.latency_settle_s)
-        suite.results["latency"] = run_worker(suite, "local[2]", [dataclasses.replace(spec, warmup=None)])[0]
+        return [("local[2]", [dataclasses.replace(spec, warmup=None)])]
+    return []
 
 
-def run_others(suite: Suite) -> None:
-    for name in ("recovery", "dq", "kafka"):
-        if name not in suite.selected:
-            continue
-        if suite.quick:
-            suite.results[name] = {"not_measured": "--quick skips the contributed benchmarks"}
-            continue
-        timeout = min(suite.profile.contributed_timeout_s, suite.remaining_s())
-        if timeout < 30:
-            suite.results[name] = {"not_measured": "time budget of the run spent"}
-            continue
-        log.info("contributed benchmark %s", name)
-        suite.results[name] = contributed.run_contributed(name, suite.workdir / name, quick=False,
-                                                          timeout_s=timeout)
-    if "dag_parse" in suite.selected:
+def run_spark(suite: Suite, name: str) -> None:
+    if name == "latency" and not spark_specs(suite, name):
+        suite.results["latency"] = {"label": "latency", "not_measured":
+                                    "no platform landing → silver rate measured in this run"}
+        return
+    for master, specs in spark_specs(suite, name):
+        for result in run_worker(suite, master, specs):
+            suite.results[result["label"]] = result
+
+
+def run_contributed(suite: Suite, name: str) -> None:
+    if name == "dag_parse":
         suite.results["dag_parse"] = contributed.dag_parse_times(repeats=1 if suite.quick else 3)
+        return
+    if suite.quick:
+        suite.results[name] = {"not_measured": "--quick skips the contributed benchmarks"}
+        return
+    timeout = min(suite.profile.contributed_timeout_s, suite.remaining_s())
+    if timeout < 30:
+        suite.results[name] = {"not_measured": "time budget of the run spent"}
+        return
+    log.info("contributed benchmark %s", name)
+    suite.results[name] = contributed.run_contributed(name, suite.workdir / name, quick=False,
+                                                      timeout_s=timeout)
+
+
+def run_all(suite: Suite) -> None:
+    """Every selected measurement in `NAMES` order; with `one_worker`, the Spark ones (but latency,
+    which needs the platform's rate) share a single worker."""
+    order = [n for n in NAMES if n in suite.selected]
+    if suite.profile.one_worker:
+        specs = [s for n in order if n != "latency" for _, group in spark_specs(suite, n) for s in group]
+        if specs:
+            for result in run_worker(suite, "local[2]", specs):
+                suite.results[result["label"]] = result
+        order = [n for n in order if n == "latency" or n in contributed.MODULES or n == "dag_parse"]
+    for name in order:
+        if name in contributed.MODULES or name == "dag_parse":
+            run_contributed(suite, name)
+        else:
+            run_spark(suite, name)
 
 
 def environment() -> dict[str, Any]:
@@ -226,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"run only these measurements (repeatable): {', '.join(NAMES)}")
     parser.add_argument("--out", type=Path, default=None,
                         help="results folder (default bench/results, or bench/results/tmp/quick with --quick)")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="time budget of the whole run (default 1200, or 240 with --quick)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (datasets, homes, logs)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -234,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in list(selected):
         selected += [n for n in NEEDS.get(name, ()) if n not in selected]
     profile = QUICK if args.quick else FULL
+    if args.budget_s:
+        profile = dataclasses.replace(profile, budget_s=args.budget_s)
     workdir = out / "tmp" / f"run-{os.getpid()}"
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
@@ -242,8 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     started_at = dt.datetime.now(dt.timezone.utc)
     env_before = environment()
     try:
-        run_spark(suite)
-        run_others(suite)
+        run_all(suite)
     finally:
         if not args.keep:
             shutil.rmtree(workdir / "homes", ignore_errors=True)

@@ -243,6 +243,56 @@ def backfill_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> 
             "rerun_changed": again.silver_replaced or again.gold_replaced}
 
 
+def ingest_profile_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
+    """Where an ingest micro-batch spends its time: the steps of `stream.IngestBatch`, timed one
+    by one on one bronze-shaped batch, next to an idempotent Delta append (txnAppId/txnVersion)
+    of the same bronze rows, the cheaper alternative to a key MERGE for bronze and quarantine."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs import transforms
+    from spark_jobs.layers import ensure_tables, read_dimension
+    from spark_jobs.sources import bronze_columns
+    from spark_jobs.tables import in_list, insert_new
+
+    p = playback(None)
+    home = fresh_home(spec, name)
+    t = ensure_tables(spark, home, p)
+    steps: dict[str, float] = {}
+
+    def timed(step: str, action: Callable[[], Any]) -> Any:
+        started = time.monotonic()
+        value = action()
+        steps[step] = round(steps.get(step, 0.0) + time.monotonic() - started, 3)
+        return value
+
+    lines = spark.read.text(data.path)
+    batch = bronze_columns(lines, value=F.col("value"), source=F.col("_metadata.file_path"),
+                           position=F.monotonically_increasing_id()).persist()
+    parsed = transforms.parse(batch, p).persist()
+    sources = timed("1 read batch + distinct sources (collect)",
+                    lambda: [r[0] for r in batch.select("source").distinct().collect()])
+    by_source = in_list("source", sources)
+    timed("2 bronze MERGE (insert new keys)",
+          lambda: insert_new(batch, t.bronze, transforms.BRONZE_KEY, prune=by_source))
+    timed("3 quarantine MERGE", lambda: insert_new(transforms.rejects(parsed), t.quarantine,
+                                                   transforms.BRONZE_KEY, prune=by_source))
+    rows = transforms.silver(parsed, read_dimension(spark, t), p).persist()
+    dates = timed("4 silver transforms + distinct dates (collect)",
+                  lambda: [r[0] for r in rows.select("event_date").distinct().collect()])
+    timed("5 silver MERGE", lambda: insert_new(rows, t.silver, (p.key,), prune=in_list("event_date", dates)))
+    alternative = home.root / "bench" / "bronze_append"
+    timed("alt: bronze idempotent append (txnAppId/txnVersion)",
+          lambda: batch.write.format("delta").mode("append").partitionBy("ingest_date")
+          .option("txnAppId", "bench-bronze").option("txnVersion", 0).save(str(alternative)))
+    timed("alt: the same append replayed (skipped by Delta)",
+          lambda: batch.write.format("delta").mode("append").partitionBy("ingest_date")
+          .option("txnAppId", "bench-bronze").option("txnVersion", 0).save(str(alternative)))
+    replayed_rows = spark.read.format("delta").load(str(alternative)).count()
+    for df in (rows, parsed, batch):
+        df.unpersist()
+    return {"steps_s": steps, "lines": data.lines, "alt_rows_after_replay": replayed_rows}
+
+
 class LandingWriter(threading.Thread):
     """Writes playback events into a landing folder at a fixed rate, one small file every
     `interval_s`, and remembers when each event became visible there (the rename)."""
@@ -333,6 +383,7 @@ WORKLOADS: dict[str, Callable[[SparkSession, Spec, Dataset, str], Result]] = {
     "platform_gold": platform_gold_once,
     "latency": latency_once,
     "backfill": backfill_once,
+    "ingest_profile": ingest_profile_once,
 }
 
 

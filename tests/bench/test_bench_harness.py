@@ -73,8 +73,9 @@ def test_contributed_results_are_read_under_the_agreed_names() -> None:
 def test_quick_run_measures_the_ceiling_and_writes_its_record(tmp_path: Path) -> None:
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     done = subprocess.run(
-        [sys.executable, "-m", "bench.run", "--quick", "--only", "ceiling", "--only", "dag_parse",
-         "--out", str(tmp_path)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+        [sys.executable, "-m", "bench.run", "--quick", "--budget-s", "600", "--only", "ceiling",
+         "--only", "dag_parse",
+         "--out", str(tmp_path)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     [record] = list(tmp_path.glob("*.json"))
     doc = json.loads(record.read_text())
