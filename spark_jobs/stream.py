@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from spark_jobs import catalog, transforms
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables, ensure_tables, read_dimension
+from spark_jobs.quality import rules as row_rules
 from spark_jobs.tables import append_new, in_list, insert_new, upsert
 
 if TYPE_CHECKING:
@@ -45,21 +46,25 @@ def query_name(pipeline: Pipeline, query: str) -> str:
 
 
 class IngestBatch:
-    """foreachBatch of the ingest query: bronze, then quarantine and silver, from one batch."""
+    """foreachBatch of the ingest query: bronze, then quarantine and silver, from one batch.
+    The pipeline's row-level rules (`spark_jobs.quality.rules`) route rows to quarantine or fail
+    the batch before anything is written."""
 
     def __init__(self, pipeline: Pipeline, tables: PipelineTables) -> None:
         self.pipeline = pipeline
         self.tables = tables
+        self.rules = row_rules.of(pipeline.name)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         p, t = self.pipeline, self.tables
         started = time.monotonic()
         batch = batch.persist()
-        parsed = transforms.parse(batch, p).persist()
+        parsed = row_rules.with_rules(transforms.parse(batch, p), self.rules).persist()
         try:
             sources = [row[0] for row in batch.select("source").distinct().collect()]
             if not sources:
                 return
+            row_rules.count_and_check(parsed, self.rules, pipeline=p.name, batch_id=batch_id)
             by_source = in_list("source", sources)
             append_new(batch, t.bronze, transforms.BRONZE_KEY, prune=by_source)
             append_new(transforms.rejects(parsed), t.quarantine, transforms.BRONZE_KEY, prune=by_source)

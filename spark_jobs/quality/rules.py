@@ -1,0 +1,92 @@
+"""Row-level rules applied inside the stream, per micro-batch, as plain Spark expressions.
+
+A rule is declared in the pipeline's suite file (`rules:` in `conf/pipelines/<P>.expectations.yaml`)
+as a SQL condition over the contract fields that is true for an acceptable row (null counts as
+acceptable, like a SQL CHECK), and an action:
+
+- `quarantine`: a violating row goes to quarantine with the reason `rule <name>`, like any reject;
+- `fail`: a violation fails the micro-batch before anything is written (the query stops and the
+  supervisor alerts) — for violations that mean a broken producer rather than one bad record.
+
+Counts per rule, `dq_<name>`, are computed in one aggregate over the (cached) parsed batch and
+logged with the batch id. (Spark observable metrics attached inside foreachBatch do not reach the
+query's progress; only those on the streaming DataFrame itself do — see docs/data-quality.md.)
+No Great Expectations here: the stream pays a few column expressions, nothing more.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from spark_jobs.quality.suites import RowRule
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+log = logging.getLogger(__name__)
+REASON = "_reject_reason"
+CONTRACT_VALID = "_contract_valid"   # the row passed the contract (before any rule)
+
+
+class RowRuleViolation(RuntimeError):
+    """A `fail` rule was violated: the micro-batch must not be written."""
+
+
+def metric_name(rule: RowRule) -> str:
+    return f"dq_{rule.name}"
+
+
+def violation(rule: RowRule) -> Column:
+    """True where an otherwise valid row breaks the rule (a null condition is not a violation;
+    a row the contract rejects already keeps its own reasons)."""
+    from pyspark.sql import functions as F
+
+    return F.col(CONTRACT_VALID) & ~F.coalesce(F.expr(rule.condition), F.lit(True))
+
+
+def with_rules(parsed: DataFrame, rules: tuple[RowRule, ...]) -> DataFrame:
+    """The parsed batch (see `transforms.parse`) with every `quarantine` rule a row breaks added to
+    its reject reason, so `transforms.rejects` and `transforms.valid` route it; `_contract_valid`
+    remembers the contract's verdict (the silver and quarantine projections drop it)."""
+    from pyspark.sql import functions as F
+
+    if not rules:
+        return parsed
+    marked = parsed.withColumn(CONTRACT_VALID, F.col(REASON).isNull())
+    reasons = [F.when(violation(r), F.lit(f"rule {r.name}")) for r in rules if r.action == "quarantine"]
+    if not reasons:
+        return marked
+    return marked.withColumn(REASON, F.nullif(F.concat_ws("; ", F.col(REASON), *reasons), F.lit("")))
+
+
+def metrics(rules: tuple[RowRule, ...]) -> list[Column]:
+    """One `dq_<name>` count of violating rows per rule."""
+    from pyspark.sql import functions as F
+
+    return [F.count_if(violation(r)).alias(metric_name(r)) for r in rules]
+
+
+def count_and_check(parsed: DataFrame, rules: tuple[RowRule, ...], *, pipeline: str,
+                    batch_id: int) -> dict[str, int]:
+    """Count every rule's violations in one pass over `with_rules(parsed)`; raise
+    `RowRuleViolation` when a `fail` rule is broken (before anything of the batch is written)."""
+    if not rules:
+        return {}
+    row = parsed.agg(*metrics(rules)).first()
+    counts = {metric_name(r): int(row[metric_name(r)]) if row is not None else 0 for r in rules}
+    broken = [f"{r.name} ({counts[metric_name(r)]} row(s))" for r in rules
+              if r.action == "fail" and counts[metric_name(r)]]
+    if any(counts.values()):
+        log.info("%s batch %d: row rules %s", pipeline, batch_id,
+                 ", ".join(f"{k}={v}" for k, v in counts.items()))
+    if broken:
+        raise RowRuleViolation(f"{pipeline} batch {batch_id}: fail rule(s) broken: {', '.join(broken)}")
+    return counts
+
+
+def of(pipeline: str) -> tuple[RowRule, ...]:
+    """The row-level rules of `pipeline` (from its suite file; none without one)."""
+    from spark_jobs.quality.suites import row_rules
+
+    return row_rules(pipeline)
