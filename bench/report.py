@@ -23,7 +23,11 @@ def _why(doc: Document, label: str) -> str:
     r = _result(doc, label)
     if not r:
         return "not selected in this run" if label not in doc.get("selected", []) else "no result"
-    return str(r.get("not_measured") or r.get("error") or "no number in its result")
+    return _short(str(r.get("not_measured") or r.get("error") or "no number in its result"))
+
+
+def _short(text: str, limit: int = 220) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _rate(doc: Document, label: str, *, sustained: bool = True) -> float | None:
@@ -208,7 +212,7 @@ def markdown_summary(doc: Document) -> str:
     failures = [(label, r.get("not_measured") or r.get("error")) for label, r in doc["results"].items()
                 if isinstance(r, dict) and (r.get("not_measured") or r.get("error"))]
     if failures:
-        lines += ["", "## Not measured", ""] + [f"- {label}: {why}" for label, why in failures]
+        lines += ["", "## Not measured", ""] + [f"- {label}: {_short(str(why))}" for label, why in failures]
     datasets = doc.get("datasets", {})
     if datasets:
         lines += ["", "## Input", ""] + [
