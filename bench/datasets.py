@@ -17,7 +17,7 @@ from spark_jobs.generator import generate
 log = logging.getLogger(__name__)
 # Every dataset lies inside one UTC day, so the back-fill of that day re-derives all of it.
 DAY = dt.date(2026, 11, 18)
-START = dt.datetime(DAY.year, DAY.month, DAY.day, 0, 5, tzinfo=dt.timezone.utc)
+START = dt.datetime(DAY.year, DAY.month, DAY.day, 0, 5, tzinfo=dt.UTC)
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,8 @@ def summarise(doc: Document) -> dict[str, Any]:
         "dq_vs_stream_cost": _ratio(metrics["dq_s_per_million_rows"], stream_s_per_million),
     }
 
-    def goal(name: str, target: str, value: float | None, reached: bool | None, missing: str) -> dict[str, Any]:
+    def goal(name: str, target: str, value: float | None, reached: bool | None,
+             missing: str) -> dict[str, Any]:
         return {"goal": name, "target": target, "value": value, "reached": reached,
                 "why_not_measured": None if value is not None else missing}
 
@@ -150,9 +151,11 @@ def markdown_summary(doc: Document) -> str:
     lines += [f"# Weir benchmark {doc['started_at']}", "",
               f"`{doc['command']}` — {doc['wall_s']:.0f} s, {env['host_cores']} cores, load average "
               f"{env['load_average'][0]:.1f} before / {env['load_average_after'][0]:.1f} after "
-              f"(git {env['git_commit']}){' — QUICK smoke run: tiny data, not a measurement' if doc['quick'] else ''}.",
+              f"(git {env['git_commit']})"
+              f"{' — QUICK smoke run: tiny data, not a measurement' if doc['quick'] else ''}.",
               ""]
-    if env["load_average"][0] > (env["host_cores"] or 1) or env["load_average_after"][0] > (env["host_cores"] or 1):
+    cores = env["host_cores"] or 1
+    if env["load_average"][0] > cores or env["load_average_after"][0] > cores:
         lines += ["**The machine was loaded during this run (load average above the core count): "
                   "absolute numbers are low and noisy; the ratios, measured side by side, are what "
                   "to read.**", ""]
@@ -165,10 +168,12 @@ def markdown_summary(doc: Document) -> str:
         ("Spark ceiling: batch read + from_json → noop", m["ceiling_events_per_s"], " ev/s", "ceiling"),
         ("batch read + the platform's parse/silver transforms → noop", m["ceiling_transforms_events_per_s"],
          " ev/s", "ceiling_transforms"),
-        ("bare Structured Streaming: text → from_json → Delta (sustained)", m["bare_events_per_s"], " ev/s", "bare"),
+        ("bare Structured Streaming: text → from_json → Delta (sustained)", m["bare_events_per_s"], " ev/s",
+         "bare"),
         ("platform landing → silver (ingest query, sustained)", m["platform_silver_events_per_s"], " ev/s",
          "platform_silver"),
-        ("platform landing → gold (run once, wall)", m["platform_gold_events_per_s"], " ev/s", "platform_gold"),
+        ("platform landing → gold (run once, wall)", m["platform_gold_events_per_s"], " ev/s",
+         "platform_gold"),
         ("latency p50 at half load, 1 s trigger", m["latency_p50_s"], " s", "latency"),
         ("latency p99 at half load, 1 s trigger", m["latency_p99_s"], " s", "latency"),
         ("recovery: detection", m["recovery_detection_s"], " s", "recovery"),
@@ -178,16 +183,18 @@ def markdown_summary(doc: Document) -> str:
         ("DQ validation per million rows", m["dq_s_per_million_rows"], " s", "dq"),
         ("stream processing per million rows (landing → silver)", m["stream_s_per_million_rows"], " s",
          "platform_silver"),
-        ("DAG file parse, slowest file (beyond importing airflow.sdk)", m["dag_parse_max_net_s"], " s", "dag_parse"),
+        ("DAG file parse, slowest file (beyond importing airflow.sdk)", m["dag_parse_max_net_s"], " s",
+         "dag_parse"),
         ("peak driver memory (JVM RSS, largest worker)", m["peak_driver_rss_mb"], " MB", "ceiling"),
     ]
     lines += ["", "## Metrics", "", "| metric | value |", "|---|---|"]
     for title, value, unit, label in rows:
-        lines.append(f"| {title} | {_fmt(value, unit) if value is not None else 'not measured: ' + _why(doc, label)} |")
+        shown = _fmt(value, unit) if value is not None else "not measured: " + _why(doc, label)
+        lines.append(f"| {title} | {shown} |")
     lines += ["", "## Ratios (same run)", "", "| ratio | value |", "|---|---|"]
     lines += [f"| {name} | {_fmt(value, 'x')} |" for name, value in s["ratios"].items()]
     if s["scaling"]:
-        lines += ["", "## Scaling", "", "| job | master | input lines | × | seconds | events/s |",
+        lines += ["", "## Scaling", "", "| job | master | input lines | x | seconds | events/s |",
                   "|---|---|---|---|---|---|"]
         lines += [f"| {r['job']} | {r['master']} | {r['lines']} | {_fmt(r['multiplier'])} | "
                   f"{_fmt(r['seconds'])} | {_fmt(r['events_per_s'])} |" for r in s["scaling"]]
@@ -199,15 +206,18 @@ def markdown_summary(doc: Document) -> str:
                       f"max {_fmt(lat.get('max_s'), ' s')}."]
     profile = _result(doc, "ingest_profile")
     if profile.get("steps_s"):
-        lines += ["", f"## Where an ingest micro-batch spends its time ({profile.get('lines')} lines, one batch)",
+        lines += ["", f"## Where an ingest micro-batch spends its time ({profile.get('lines')} lines, "
+                      "one batch)",
                   "", "| step of `IngestBatch` | seconds |", "|---|---|"]
         lines += [f"| {step} | {_fmt(float(sec))} |" for step, sec in profile["steps_s"].items()]
         lines += ["", f"Rows in the alternative table after the replayed append: "
                       f"{profile.get('alt_rows_after_replay')} (= one copy)."]
     if s["memory"]:
-        lines += ["", "## Peak memory per worker", "", "| measurement | JVM peak RSS MB | heap pools peak MB | python peak RSS MB |",
+        lines += ["", "## Peak memory per worker", "",
+                  "| measurement | JVM peak RSS MB | heap pools peak MB | python peak RSS MB |",
                   "|---|---|---|---|"]
-        lines += [f"| {label} | {_fmt(mem.get('jvm_peak_rss_mb'))} | {_fmt(mem.get('jvm_heap_pools_peak_mb'))} | "
+        lines += [f"| {label} | {_fmt(mem.get('jvm_peak_rss_mb'))} | "
+                  f"{_fmt(mem.get('jvm_heap_pools_peak_mb'))} | "
                   f"{_fmt(mem.get('python_peak_rss_mb'))} |" for label, mem in s["memory"].items()]
     failures = [(label, r.get("not_measured") or r.get("error")) for label, r in doc["results"].items()
                 if isinstance(r, dict) and (r.get("not_measured") or r.get("error"))]
@@ -278,7 +288,7 @@ def plot(doc: Document, out: Path, stem: str) -> list[Path]:
             if pts:
                 by_size.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=job)
         by_size.set_xscale("log")
-        by_size.set_xlabel("input lines (1×, 4×, 16×)")
+        by_size.set_xlabel("input lines (1x, 4x, 16x)")
         by_size.set_ylabel("events/s")
         by_size.set_title("Cost as input grows (local[2])")
         by_size.legend()
@@ -286,7 +296,7 @@ def plot(doc: Document, out: Path, stem: str) -> list[Path]:
                 if r["multiplier"] == 1 and r["events_per_s"]]
         by_cores.bar([b[0] for b in bars], [b[1] for b in bars])
         by_cores.set_ylabel("events/s")
-        by_cores.set_title("1 core vs 2 cores (1× input)")
+        by_cores.set_title("1 core vs 2 cores (1x input)")
         fig.tight_layout()
         written.append(_save(fig, out / f"{stem}-scaling.png"))
         plt.close(fig)

@@ -161,7 +161,8 @@ def spark_specs(suite: Suite, name: str) -> list[tuple[str, list[Spec]]]:
         groups = []
         for m in p.multipliers:
             if m != 1:
-                groups += [("local[2]", [suite.spec("platform_silver", f"scale_platform_x{m}", multiplier=m)]),
+                groups += [("local[2]", [suite.spec("platform_silver", f"scale_platform_x{m}",
+                                                    multiplier=m)]),
                            ("local[2]", [suite.spec("bare", f"scale_bare_x{m}", multiplier=m)])]
         if p.scale_cores:
             groups += [("local[1]", [suite.spec("platform_silver", "scale_platform_local1")]),
@@ -237,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", choices=NAMES, metavar="NAME",
                         help=f"run only these measurements (repeatable): {', '.join(NAMES)}")
     parser.add_argument("--out", type=Path, default=None,
-                        help="results folder (default bench/results, or bench/results/tmp/quick with --quick)")
+                        help="results folder (default bench/results; bench/results/tmp/quick with --quick)")
     parser.add_argument("--budget-s", type=float, default=None,
                         help="time budget of the whole run (default 1200, or 240 with --quick)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (datasets, homes, logs)")
@@ -255,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True)
     suite = Suite(profile=profile, quick=args.quick, workdir=workdir,
                   selected=tuple(n for n in NAMES if n in selected))
-    started_at = dt.datetime.now(dt.timezone.utc)
+    started_at = dt.datetime.now(dt.UTC)
     env_before = environment()
     try:
         run_all(suite)

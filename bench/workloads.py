@@ -13,7 +13,7 @@ included: that is what every baseline has to read and parse.
 - `platform_silver`: the platform's ingest query (landing → bronze + quarantine + silver);
 - `platform_gold`: the platform's `run(once=True)` (landing → ... → gold);
 - `latency`: the ingest query with a 1-second trigger while a writer feeds the landing folder at
-  a fixed rate; latency = commit of the silver version holding the row − rename of its file;
+  a fixed rate; latency = commit of the silver version holding the row minus the rename of its file;
 - `backfill`: bronze of one day ingested (not timed), silver and gold emptied, then the timed
   `backfill` of that day re-derives them (and a second, no-op run is timed too).
 """
@@ -309,7 +309,7 @@ class LandingWriter(threading.Thread):
         from spark_jobs.generator import session_events
 
         while True:
-            now = dt.datetime.now(dt.timezone.utc)
+            now = dt.datetime.now(dt.UTC)
             yield from session_events(self.rng, now, 40, "lat")
 
     def run(self) -> None:
@@ -379,7 +379,7 @@ def quantile(values: list[float], q: float) -> float | None:
     """The q-quantile of sorted `values` (nearest rank), or None when there are none."""
     if not values:
         return None
-    return values[min(len(values) - 1, max(0, int(round(q * len(values) + 0.5)) - 1))]
+    return values[min(len(values) - 1, max(0, round(q * len(values) + 0.5) - 1))]
 
 
 WORKLOADS: dict[str, Callable[[SparkSession, Spec, Dataset, str], Result]] = {
