@@ -173,6 +173,9 @@ def _run_queries(spark: SparkSession, pipeline: Pipeline, home: WeirHome, *, onc
             if query.exception() is not None:
                 raise StreamFailedError(f"{query.name} failed: {query.exception()}")
         return
+    if stop.is_set():  # stopped while starting up: no query to start, nothing to replay
+        log.info("%s: stop requested before the queries started", pipeline.name)
+        return
     queries = [start_query(spark, pipeline, home, tables, name, once=False) for name in QUERIES]
     monitor.watch(queries)
     log.info("%s running: %s", pipeline.name, ", ".join(q.name for q in queries))
