@@ -60,6 +60,7 @@ def measure(*, quick: bool = False, workdir: Path) -> dict[str, Any]:
         started = time.monotonic()
         stream.run(pipeline, once=True, home=home, spark=spark)
         stream_s = time.monotonic() - started
+        log.info("dq_cost: stream processed the day in %.1fs", stream_s)
         tables = PipelineTables.of(home, pipeline)
         day = datasets.DAY
         silver_rows = (spark.read.format("delta").load(str(tables.silver))
@@ -70,6 +71,8 @@ def measure(*, quick: bool = False, workdir: Path) -> dict[str, Any]:
         started = time.monotonic()
         report = run_dq("playback", day, day, home=home, spark=spark, freshness=False)
         dq_s = time.monotonic() - started
+        log.info("dq_cost: %d silver rows, stream %.1fs, dq %.1fs, ratio %.3f",
+                 silver_rows, stream_s, dq_s, dq_s / stream_s)
         started = time.monotonic()
         warm = run_dq("playback", day, day, home=home, spark=spark, freshness=False)
         dq_warm_s = time.monotonic() - started
