@@ -60,6 +60,7 @@ def handle(args: argparse.Namespace) -> int:
 def show(report: DqReport) -> None:
     """A table of every expectation, then the verdict naming each failed `fail` expectation."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console()
@@ -69,13 +70,13 @@ def show(report: DqReport) -> None:
     for o in report.outcomes:
         verdict = "[green]pass[/]" if o.success else (
             "[red]FAIL[/]" if o.severity == "fail" else "[yellow]warn[/]")
-        table.add_row(o.table, o.expectation, o.severity, verdict,
-                      o.error or o.observed_value or "",
+        table.add_row(escape(o.table), escape(o.expectation), o.severity, verdict,
+                      escape(o.error or o.observed_value or ""),
                       "" if o.unexpected_count is None else f"{o.unexpected_count}/{o.element_count}")
     console.print(table)
     if not report.stream_running:
         console.print("freshness: not checked (stream not running; --freshness forces it)")
-    console.print(f"Data Docs: {report.docs_path}")
+    console.print(f"Data Docs: {report.docs_path}", highlight=False)
     if report.success:
         extra = f" ({len(report.warnings)} warning(s))" if report.warnings else ""
         console.print(f"[green]{report.pipeline}: all fail-severity expectations passed{extra}[/]")
