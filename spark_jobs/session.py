@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from spark_jobs.home import REPO_ROOT
 from spark_jobs.jars import resolved_jars
 
 if TYPE_CHECKING:
@@ -23,7 +24,8 @@ BASE_CONF = {
     "spark.databricks.delta.schema.autoMerge.enabled": "false",
     "spark.databricks.delta.retentionDurationCheck.enabled": "true",
     "spark.sql.shuffle.partitions": "4",
-    "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
+    "spark.driver.extraJavaOptions": "-Duser.timezone=UTC -Dlog4j2.configurationFile="
+                                     f"file:{REPO_ROOT / 'infra' / 'spark' / 'log4j2.properties'}",
     "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
 }
 

@@ -1,7 +1,10 @@
 """Delta writers, one per kind of table write. Every write is idempotent by record identity, so a
 replayed micro-batch (after a crash, or after a checkpoint restore) changes nothing:
 
-- `insert_new`: insert the rows whose key is not in the table yet (bronze, quarantine, silver);
+- `append_new`: append the rows whose key is not in the table yet, for tables with one writer
+  (bronze, quarantine: only the pipeline's leased driver writes them);
+- `insert_new`: the same as an insert-only MERGE, whose conflict detection keeps it exact beside
+  concurrent writers (silver, which the back-fill rewrites while the stream runs);
 - `upsert`: set the row of each key (gold windows, whose values are complete aggregates);
 - `replace_partitions`: swap exactly the given partitions (back-fill).
 
@@ -76,6 +79,26 @@ def in_list(column: str, values: Iterable[object]) -> str:
     if not vals:
         return "false"
     return f"t.`{column}` IN ({', '.join(sql_literal(v) for v in vals)})"
+
+
+def append_new(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | None = None) -> int:
+    """Append the rows of `df` whose key is not in the table yet; returns how many. An anti-join
+    plus a blind append: several times cheaper than a MERGE, and exact as long as nobody else
+    writes the table meanwhile (the driver's lease guarantees that for bronze and quarantine)."""
+    from pyspark.sql import functions as F
+
+    keys = list(key)
+    existing = df.sparkSession.read.format("delta").load(str(path))
+    if prune:
+        existing = existing.alias("t").where(F.expr(prune))
+    fresh = df.join(existing.select(*keys), on=keys, how="left_anti").persist()
+    try:
+        count = fresh.count()
+        if count:
+            fresh.write.format("delta").mode("append").save(str(path))
+        return count
+    finally:
+        fresh.unpersist()
 
 
 def insert_new(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | None = None) -> None:

@@ -1,0 +1,112 @@
+"""Exactly once through crashes: kill -9 of the driver mid-batch, again and again, then a
+restart; and a graceful SIGTERM stop at a batch boundary."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+from spark_jobs import stream, transforms
+from spark_jobs.generator import generate
+from spark_jobs.layers import PipelineTables
+from tests.helpers import assert_exactly_once, table
+from tests.integration.pipelines import playback, write_catalog
+
+pytestmark = pytest.mark.slow
+
+
+def start_driver(home, conf_dir: Path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "WEIR_HOME": str(home.root), "WEIR_CONF": str(conf_dir)}
+    log = open(home.root / "driver.log", "ab")  # noqa: SIM115 - handed to the child
+    return subprocess.Popen([sys.executable, "-m", "spark_jobs.stream", "playback", *args],
+                            env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def batch_files(home, pipeline, kind: str) -> set[int]:
+    folder = stream.checkpoint_location(home, pipeline, "ingest") / kind
+    if not folder.is_dir():
+        return set()
+    return {int(p.name) for p in folder.iterdir() if p.name.isdigit()}
+
+
+def wait_for(condition, timeout: float, what: str, driver: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if driver is not None and driver.poll() is not None:
+            raise AssertionError(f"driver exited ({driver.returncode}) while waiting for {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.1)
+
+
+def expected_bronze_keys(written) -> set[tuple[str, int]]:
+    keys = set()
+    for path in written.files:
+        lines = path.read_text().splitlines()
+        keys |= {(str(path), i) for i in range(1, len(lines) + 1)}
+    return keys
+
+
+def assert_all_layers_exactly_once(spark, home, pipeline, written) -> None:
+    tables = PipelineTables.of(home, pipeline)
+    bronze = table(spark, tables.bronze).select(
+        F.regexp_replace("source", "^file:", "").alias("source"), "position")
+    assert_exactly_once(bronze, ("source", "position"), expected_bronze_keys(written), "bronze")
+    assert_exactly_once(table(spark, tables.silver), ("event_id",), written.event_ids, "silver")
+    quarantine = table(spark, tables.quarantine)
+    assert quarantine.count() == quarantine.select("source", "position").distinct().count() == written.bad_lines
+    gold = table(spark, tables.gold)
+    key = transforms.gold_key(pipeline)
+    assert gold.count() == gold.select(*key).distinct().count()
+    assert gold.agg(F.sum("events")).first()[0] == len(written.event_ids)
+    recomputed = transforms.aggregate(table(spark, tables.silver), pipeline)
+    assert gold.exceptAll(recomputed).isEmpty() and recomputed.exceptAll(gold).isEmpty(), \
+        "gold written by the stream differs from gold recomputed from silver"
+
+
+def test_kill_9_mid_batch_repeatedly_then_restart_is_exactly_once(spark, home, tmp_path):
+    pipeline = playback(files_per_trigger=2)
+    conf = write_catalog(tmp_path / "conf", files_per_trigger=2)
+    written = generate(home.landing("playback"), files=8, sessions_per_file=8, seed=11)
+    for kill in range(2):
+        driver = start_driver(home, conf)
+        try:
+            committed = batch_files(home, pipeline, "commits")
+            # a batch is planned (offsets/N written) but not committed: kill in the middle of it
+            wait_for(lambda: batch_files(home, pipeline, "offsets") - batch_files(home, pipeline, "commits")
+                     - committed, 240, f"a batch to start (kill {kill + 1})", driver)
+            if kill:
+                time.sleep(1.5)     # further into the batch than the first kill
+        finally:
+            driver.send_signal(signal.SIGKILL)
+            driver.wait(30)
+        assert driver.returncode == -signal.SIGKILL
+    planned = batch_files(home, pipeline, "offsets")
+    assert planned - batch_files(home, pipeline, "commits"), "the kills must leave a batch uncommitted"
+    stream.run(pipeline, once=True, home=home, spark=spark)
+    assert_all_layers_exactly_once(spark, home, pipeline, written)
+
+
+def test_sigterm_stops_at_a_batch_boundary(spark, home, tmp_path):
+    pipeline = playback(files_per_trigger=1)
+    conf = write_catalog(tmp_path / "conf", files_per_trigger=1)
+    written = generate(home.landing("playback"), files=3, sessions_per_file=5, seed=12)
+    driver = start_driver(home, conf)
+    try:
+        wait_for(lambda: batch_files(home, pipeline, "commits"), 240, "a first committed batch", driver)
+        driver.send_signal(signal.SIGTERM)
+        assert driver.wait(120) == 0
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert batch_files(home, pipeline, "offsets") == batch_files(home, pipeline, "commits"), \
+        "a graceful stop leaves no planned-but-uncommitted batch"
+    stream.run(pipeline, once=True, home=home, spark=spark)
+    assert_all_layers_exactly_once(spark, home, pipeline, written)
