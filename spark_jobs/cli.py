@@ -33,11 +33,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _known_errors() -> tuple[type[BaseException], ...]:
+    # Handlers raise `spark_jobs.cli.UserError`; under `python -m spark_jobs.cli` this module is
+    # `__main__`, a second copy, so the class is taken from the imported module.
+    from spark_jobs import cli
     from spark_jobs.catalog import UnknownPipelineError
     from spark_jobs.home import PathEscapeError
     from spark_jobs.jars import JarsMissingError
 
-    return UserError, UnknownPipelineError, PathEscapeError, JarsMissingError, FileNotFoundError
+    return cli.UserError, UnknownPipelineError, PathEscapeError, JarsMissingError, FileNotFoundError
 
 
 def main(argv: list[str] | None = None) -> int:
