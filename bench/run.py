@@ -241,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="results folder (default bench/results; bench/results/tmp/quick with --quick)")
     parser.add_argument("--budget-s", type=float, default=None,
                         help="time budget of the whole run (default 1200, or 240 with --quick)")
+    parser.add_argument("--worker-timeout-s", type=float, default=None,
+                        help="time limit per Spark measurement (default 420, or 240 with --quick)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (datasets, homes, logs)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -251,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     profile = QUICK if args.quick else FULL
     if args.budget_s:
         profile = dataclasses.replace(profile, budget_s=args.budget_s)
+    if args.worker_timeout_s:
+        profile = dataclasses.replace(profile, worker_timeout_s=args.worker_timeout_s)
     workdir = out / "tmp" / f"run-{os.getpid()}"
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
