@@ -38,13 +38,20 @@ KEYS: dict[str, dict[str, tuple[str, ...]]] = {
                  "first_commit_s": ("first_commit_s", "successor_first_commit_s", "recovery_s",
                                     "total_s")},
     "dq": {"seconds_per_million_rows": ("seconds_per_million_rows", "s_per_million_rows",
-                                        "validation_s_per_million_rows")},
+                                        "validation_s_per_million_rows"),
+           "dq_vs_stream": ("ratio", "dq_vs_stream")},
     "kafka": {"events_per_s": ("events_per_s", "sustained_events_per_s", "throughput_events_per_s")},
 }
 
 
-def available(name: str) -> bool:
-    return importlib.util.find_spec(MODULES[name]) is not None
+def missing_reason(name: str) -> str | None:
+    """Why module `name` cannot be measured before running anything, or None."""
+    spec = importlib.util.find_spec(MODULES[name])
+    if spec is None or spec.origin is None:
+        return f"{MODULES[name].replace('.', '/')}.py is not in the checkout yet"
+    if "def measure(" not in Path(spec.origin).read_text():
+        return f"{MODULES[name]} has no measure(*, quick, workdir) function"
+    return None
 
 
 def headline(name: str, result: dict[str, Any]) -> dict[str, float | None]:
@@ -59,8 +66,9 @@ def headline(name: str, result: dict[str, Any]) -> dict[str, float | None]:
 def run_contributed(name: str, workdir: Path, *, quick: bool, timeout_s: float) -> dict[str, Any]:
     """Run module `name`'s `measure` in a fresh process; a dict with either its numbers or
     `not_measured` saying why."""
-    if not available(name):
-        return {"not_measured": f"{MODULES[name].replace('.', '/')}.py is not in the checkout yet"}
+    reason = missing_reason(name)
+    if reason:
+        return {"not_measured": reason}
     workdir.mkdir(parents=True, exist_ok=True)
     out = workdir / f"{name}.json"
     out.unlink(missing_ok=True)

@@ -66,7 +66,8 @@ def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path)
 def test_contributed_results_are_read_under_the_agreed_names() -> None:
     assert contributed.headline("recovery", {"detection_s": 4, "successor_first_commit_s": 31.5}) == {
         "detection_s": 4.0, "first_commit_s": 31.5}
-    assert contributed.headline("dq", {"rows": 10}) == {"seconds_per_million_rows": None}
+    assert contributed.headline("dq", {"rows": 10, "ratio": 0.2}) == {
+        "seconds_per_million_rows": None, "dq_vs_stream": 0.2}
 
 
 @pytest.mark.slow
