@@ -30,15 +30,25 @@ T = TypeVar("T")
 MAX_ATTEMPTS = 8
 
 
-def retry_conflicts(action: Callable[[], T], *, what: str, attempts: int = MAX_ATTEMPTS) -> T:
-    """Run `action`, retrying Delta's concurrent-modification conflicts with backoff."""
+CONFLICT_CLASSES = ("[DELTA_CONCURRENT_", "[DELTA_METADATA_CHANGED]", "[DELTA_PROTOCOL_CHANGED]")
+
+
+def is_conflict(err: BaseException) -> bool:
+    """A Delta optimistic-concurrency conflict: converted to Delta's Python class, or (when it
+    reaches Python wrapped or unconverted) recognised by its error class."""
     from delta.exceptions import DeltaConcurrentModificationException
 
+    return isinstance(err, DeltaConcurrentModificationException) or any(
+        marker in str(err) for marker in CONFLICT_CLASSES)
+
+
+def retry_conflicts(action: Callable[[], T], *, what: str, attempts: int = MAX_ATTEMPTS) -> T:
+    """Run `action`, retrying Delta's concurrent-modification conflicts with backoff."""
     for attempt in range(1, attempts + 1):
         try:
             return action()
-        except DeltaConcurrentModificationException as err:
-            if attempt == attempts:
+        except Exception as err:
+            if not is_conflict(err) or attempt == attempts:
                 raise
             delay = min(0.2 * 2 ** attempt, 5.0)
             log.warning("%s: concurrent commit (%s), retry %d/%d in %.1fs",

@@ -83,7 +83,7 @@ def test_backfill_beside_the_running_stream_loses_and_doubles_nothing(spark, hom
     finally:
         stop.set()
         driver.join(300)
-    assert not failures, failures
+    assert not failures, "\n".join(str(f) for f in failures)
     stream.run(pipeline, once=True, home=home, spark=spark)
     assert_exactly_once(table(spark, tables.silver), ("event_id",), written.event_ids, "silver")
     gold = table(spark, tables.gold)

@@ -81,7 +81,7 @@ def test_kill_9_mid_batch_repeatedly_then_restart_is_exactly_once(spark, home, t
             committed = batch_files(home, pipeline, "commits")
             # a batch is planned (offsets/N written) but not committed: kill in the middle of it
             wait_for(lambda: batch_files(home, pipeline, "offsets") - batch_files(home, pipeline, "commits")
-                     - committed, 240, f"a batch to start (kill {kill + 1})", driver)
+                     - committed, 600, f"a batch to start (kill {kill + 1})", driver)
             if kill:
                 time.sleep(1.5)     # further into the batch than the first kill
         finally:
@@ -100,7 +100,7 @@ def test_sigterm_stops_at_a_batch_boundary(spark, home, tmp_path):
     written = generate(home.landing("playback"), files=3, sessions_per_file=5, seed=12)
     driver = start_driver(home, conf)
     try:
-        wait_for(lambda: batch_files(home, pipeline, "commits"), 240, "a first committed batch", driver)
+        wait_for(lambda: batch_files(home, pipeline, "commits"), 600, "a first committed batch", driver)
         driver.send_signal(signal.SIGTERM)
         assert driver.wait(120) == 0
     finally:
