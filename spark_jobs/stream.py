@@ -118,6 +118,12 @@ def start_query(spark: SparkSession, pipeline: Pipeline, home: WeirHome, tables:
         raise ValueError(f"unknown query {query!r}")
     sink = sink.trigger(availableNow=True) if once else sink.trigger(
         processingTime=pipeline.trigger_interval)
+    # The query's thread inherits the JVM thread's active session; under PySpark's pinned threads
+    # the calling JVM thread may have none, and Delta's source then fails ("no active or default
+    # Spark session"). Make this session active where the query thread is born.
+    jvm_session = spark._jsparkSession  # type: ignore[attr-defined]
+    spark._jvm.SparkSession.setActiveSession(jvm_session)  # type: ignore[attr-defined]
+    spark._jvm.SparkSession.setDefaultSession(jvm_session)  # type: ignore[attr-defined]
     return (sink.queryName(query_name(pipeline, query))
             .option("checkpointLocation", str(checkpoint_location(home, pipeline, query)))
             .start())
