@@ -10,7 +10,7 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
 .PHONY: setup demo test up bench lint clean
 
-setup: $(VENV)/.installed .cache/jars/jars.txt
+setup: $(VENV)/.installed .cache/jars/jars.txt .cache/kafka/installed.txt
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 .cache/jars/jars.txt: spark_jobs/jars.py $(VENV)/.installed
 	mkdir -p .cache/jars
 	$(PY) -m spark_jobs.jars
+
+# The Kafka broker for tests and the Kafka profile (org.apache.kafka:kafka_2.13 via mvn).
+.cache/kafka/installed.txt: infra/kafka/pom.xml infra/kafka/broker.py $(VENV)/.installed
+	infra/kafka/broker.sh install
 
 up: setup
 	infra/airflow/up.sh

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from spark_jobs import transforms
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import ensure_tables, read_dimension
+from spark_jobs.quality import rules as row_rules
 from spark_jobs.tables import replace_partitions, sql_literal
 
 if TYPE_CHECKING:
@@ -43,9 +44,12 @@ def backfill(spark: SparkSession, pipeline: Pipeline, date_from: dt.date, date_t
     tables = ensure_tables(spark, home, pipeline)
     in_range = date_range("event_date", date_from, date_to)
 
+    rules = row_rules.of(pipeline.name)
+
     def silver_rows() -> DataFrame:
         bronze = spark.read.format("delta").load(str(tables.bronze))
-        parsed = transforms.parse(bronze, pipeline)
+        # the stream's own parse and row rules, so both keep and refuse the same rows
+        parsed = row_rules.with_rules(transforms.parse(bronze, pipeline), rules)
         return transforms.silver(parsed, read_dimension(spark, tables), pipeline).where(in_range)
 
     silver_replaced = replace_partitions(silver_rows, tables.silver, in_range)

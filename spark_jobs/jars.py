@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -24,7 +25,7 @@ PACKAGES = (
 )
 RESOLUTIONS = (
     (PACKAGES, TOKEN_PROVIDER),
-    ((f"{TOKEN_PROVIDER}:4.0.0",), None),
+    ((f"{TOKEN_PROVIDER}:4.0.0",), "org.apache.kafka:kafka-clients"),
 )
 CACHE = Path(os.environ.get("WEIR_JAR_CACHE", REPO_ROOT / ".cache" / "jars"))
 MANIFEST = CACHE / "jars.txt"
@@ -66,6 +67,7 @@ def resolve() -> list[str]:
     import pyspark
 
     ivy = CACHE / "ivy"
+    shutil.rmtree(ivy / "jars", ignore_errors=True)   # what Ivy resolves now, nothing stale
     for index in range(len(RESOLUTIONS)):
         # Ivy runs when the JVM starts, so each resolution needs a JVM (a process) of its own.
         subprocess.run([sys.executable, "-m", "spark_jobs.jars", "--resolution", str(index)],

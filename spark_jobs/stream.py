@@ -68,13 +68,12 @@ class IngestBatch:
             by_source = in_list("source", sources)
             append_new(batch, t.bronze, transforms.BRONZE_KEY, prune=by_source)
             append_new(transforms.rejects(parsed), t.quarantine, transforms.BRONZE_KEY, prune=by_source)
-            rows = transforms.silver(parsed, read_dimension(batch.sparkSession, t), p).persist()
-            try:
-                dates = [row[0] for row in rows.select("event_date").distinct().collect()]
-                if dates:
-                    insert_new(rows, t.silver, (p.key,), prune=in_list("event_date", dates))
-            finally:
-                rows.unpersist()
+            # A MERGE source must not change its cached parts while the MERGE runs (Delta checks);
+            # a local checkpoint makes it a leaf that nothing else in the session can touch.
+            rows = transforms.silver(parsed, read_dimension(batch.sparkSession, t), p).localCheckpoint()
+            dates = [row[0] for row in rows.select("event_date").distinct().collect()]
+            if dates:
+                insert_new(rows, t.silver, (p.key,), prune=in_list("event_date", dates))
             log.info("%s ingest batch %d: %d source(s) written in %.1fs",
                      p.name, batch_id, len(sources), time.monotonic() - started)
         finally:
@@ -90,15 +89,12 @@ class GoldBatch:
         self.tables = tables
 
     def __call__(self, windows: DataFrame, batch_id: int) -> None:
-        windows = windows.persist()
-        try:
-            dates = [row[0] for row in windows.select("event_date").distinct().collect()]
-            if dates:
-                upsert(windows, self.tables.gold, transforms.gold_key(self.pipeline),
-                       prune=in_list("event_date", dates))
-            log.info("%s gold batch %d: %d date(s) updated", self.pipeline.name, batch_id, len(dates))
-        finally:
-            windows.unpersist()
+        windows = windows.localCheckpoint()   # a stable MERGE source, see IngestBatch
+        dates = [row[0] for row in windows.select("event_date").distinct().collect()]
+        if dates:
+            upsert(windows, self.tables.gold, transforms.gold_key(self.pipeline),
+                   prune=in_list("event_date", dates))
+        log.info("%s gold batch %d: %d date(s) updated", self.pipeline.name, batch_id, len(dates))
 
 
 def start_query(spark: SparkSession, pipeline: Pipeline, home: WeirHome, tables: PipelineTables,
@@ -175,7 +171,10 @@ def _run_queries(spark: SparkSession, pipeline: Pipeline, home: WeirHome, *, onc
         for name in QUERIES:
             query = start_query(spark, pipeline, home, tables, name, once=True)
             monitor.watch([query])
-            query.awaitTermination()
+            try:
+                query.awaitTermination()
+            except Exception as err:
+                raise StreamFailedError(f"{query.name} failed: {err}") from err
             if query.exception() is not None:
                 raise StreamFailedError(f"{query.name} failed: {query.exception()}")
         return
