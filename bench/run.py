@@ -251,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="time budget of the measurements (default 1080, or 240 with --quick)")
     parser.add_argument("--worker-timeout-s", type=float, default=None,
                         help="time limit per Spark measurement (default 420, or 240 with --quick)")
-    parser.add_argument("--keep", action="store_true", help="keep the work folder (datasets, homes, logs)")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the whole work folder (datasets and homes too, not only the logs)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     out = (args.out or (RESULTS / "tmp" / "quick" if args.quick else RESULTS)).absolute()
@@ -289,8 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     document["summary"] = report.summarise(document)
     paths = report.write(document, out, stem=started_at.date().isoformat())
-    if not args.keep:
-        shutil.rmtree(workdir, ignore_errors=True)
+    if not args.keep:               # the worker logs stay (git ignores bench/results/tmp)
+        for bulky in ("data", "homes", *contributed.MODULES):
+            shutil.rmtree(workdir / bulky, ignore_errors=True)
     for path in paths:
         log.info("wrote %s", path)
     sys.stdout.write(report.markdown_summary(document) + "\n")

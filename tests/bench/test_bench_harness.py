@@ -87,4 +87,5 @@ def test_quick_run_measures_the_ceiling_and_writes_its_record(tmp_path: Path) ->
     assert "dag_parse" in doc["results"]
     assert doc["summary"]["goals"][0]["why_not_measured"] == "not selected in this run"
     assert (tmp_path / record.name.replace(".json", ".md")).read_text().startswith("# Weir benchmark")
-    assert not (tmp_path / "tmp").exists() or not any((tmp_path / "tmp").iterdir())
+    assert not list(tmp_path.glob("tmp/run-*/homes")), "measurement homes are removed after the run"
+    assert list(tmp_path.glob("tmp/run-*/worker-*.log")), "worker logs are kept"
