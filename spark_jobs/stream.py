@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_jobs import catalog, transforms
+from spark_jobs.control import progress
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables, ensure_tables, read_dimension
 from spark_jobs.quality import rules as row_rules
@@ -64,7 +65,8 @@ class IngestBatch:
             sources = [row[0] for row in batch.select("source").distinct().collect()]
             if not sources:
                 return
-            row_rules.count_and_check(parsed, self.rules, pipeline=p.name, batch_id=batch_id)
+            counts = row_rules.count_and_check(parsed, self.rules, pipeline=p.name, batch_id=batch_id)
+            progress.note_batch_metrics(query_name(p, "ingest"), batch_id, counts)
             by_source = in_list("source", sources)
             append_new(batch, t.bronze, transforms.BRONZE_KEY, prune=by_source)
             append_new(transforms.rejects(parsed), t.quarantine, transforms.BRONZE_KEY, prune=by_source)

@@ -36,7 +36,7 @@ def append(path: Path, rows: list[dict[str, Any]], schema: pa.Schema) -> None:
     path.mkdir(parents=True, exist_ok=True)
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
-            write_deltalake(str(path), data, mode="append",
+            write_deltalake(str(path), data, mode="append", schema_mode="merge",
                             commit_properties=CommitProperties(max_commit_retries=COMMIT_RETRIES))
             return
         except (CommitFailedError, DeltaError, OSError) as err:

@@ -53,6 +53,7 @@ def schema() -> pa.Schema:
         pa.field("source_offsets", pa.string()),
         pa.field("kafka_lag", pa.int64()),
         pa.field("kafka_lag_by_partition", pa.string()),
+        pa.field("row_rule_counts", pa.string()),
     ])
 
 
@@ -92,6 +93,24 @@ def kafka_lag(sources: list[dict[str, Any]]) -> tuple[int | None, dict[str, int]
     return sum(per_partition.values()), per_partition
 
 
+_batch_metrics: dict[tuple[str, int], dict[str, int]] = {}
+_batch_metrics_lock = threading.Lock()
+
+
+def note_batch_metrics(query: str, batch_id: int, metrics: dict[str, int]) -> None:
+    """Counts a micro-batch computed itself (row-rule violations), for its progress row: the
+    batch's foreachBatch and the listener run in the same driver process."""
+    with _batch_metrics_lock:
+        _batch_metrics[(query, batch_id)] = dict(metrics)
+        while len(_batch_metrics) > 1000:   # never unbounded, even if no progress event comes
+            _batch_metrics.pop(next(iter(_batch_metrics)))
+
+
+def take_batch_metrics(query: str | None, batch_id: int | None) -> dict[str, int] | None:
+    with _batch_metrics_lock:
+        return _batch_metrics.pop((query or "", batch_id if batch_id is not None else -1), None)
+
+
 def progress_row(pipeline: str, progress: dict[str, Any], driver_pid: int) -> dict[str, Any]:
     """One row of `stream_progress` from a `StreamingQueryProgress` as JSON."""
     sources = progress.get("sources") or []
@@ -122,6 +141,8 @@ def progress_row(pipeline: str, progress: dict[str, Any], driver_pid: int) -> di
              "num_input_rows": s.get("numInputRows")} for s in sources], default=str),
         "kafka_lag": lag,
         "kafka_lag_by_partition": json.dumps(lag_by_partition) if lag_by_partition is not None else None,
+        "row_rule_counts": json.dumps(counts, sort_keys=True) if (
+            counts := take_batch_metrics(progress.get("name"), progress.get("batchId"))) is not None else None,
     }
 
 

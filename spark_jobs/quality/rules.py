@@ -8,9 +8,10 @@ acceptable, like a SQL CHECK), and an action:
 - `fail`: a violation fails the micro-batch before anything is written (the query stops and the
   supervisor alerts) — for violations that mean a broken producer rather than one bad record.
 
-Counts per rule, `dq_<name>`, are computed in one aggregate over the (cached) parsed batch and
-logged with the batch id. (Spark observable metrics attached inside foreachBatch do not reach the
-query's progress; only those on the streaming DataFrame itself do — see docs/data-quality.md.)
+Counts per rule, `dq_<name>`, are computed in one aggregate over the (cached) parsed batch,
+logged with the batch id and put into the batch's progress row (`platform.stream_progress`,
+column `row_rule_counts`) through `control.progress.note_batch_metrics`. (Spark observable
+metrics attached inside foreachBatch do not reach the query's progress, hence this route.)
 No Great Expectations here: the stream pays a few column expressions, nothing more.
 """
 

@@ -3,6 +3,7 @@ restart; and a graceful SIGTERM stop at a batch boundary."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from spark_jobs import stream, transforms
+from spark_jobs.control import progress
 from spark_jobs.generator import generate
 from spark_jobs.layers import PipelineTables
 from tests.helpers import assert_exactly_once, table
@@ -92,6 +94,12 @@ def test_kill_9_mid_batch_repeatedly_then_restart_is_exactly_once(spark, home, t
     assert planned - batch_files(home, pipeline, "commits"), "the kills must leave a batch uncommitted"
     stream.run(pipeline, once=True, home=home, spark=spark)
     assert_all_layers_exactly_once(spark, home, pipeline, written)
+    # the restart's batches are in the progress history, with the row-rule counts of each
+    ingest = [r for r in progress.read(home, "playback")
+              if r["query"] == "playback_ingest" and r["num_input_rows"]]
+    assert ingest, "the restarted driver's ingest batches are in platform.stream_progress"
+    assert all(set(json.loads(r["row_rule_counts"])) == {"dq_buffer_end_has_duration", "dq_error_has_code"}
+               for r in ingest), [r["row_rule_counts"] for r in ingest]
 
 
 def test_sigterm_stops_at_a_batch_boundary(spark, home, tmp_path):
