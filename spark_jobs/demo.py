@@ -49,7 +49,7 @@ def _stream_while_generating(spark: SparkSession, home: WeirHome, console: Conso
     driver.start()
     written = Written()
     seed = int(time.time())
-    start = dt.datetime.now(dt.timezone.utc).replace(second=0, microsecond=0) - dt.timedelta(hours=2)
+    start = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0) - dt.timedelta(hours=2)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
         sent = progress.add_task("landing files written", total=WAVES * FILES_PER_WAVE)

@@ -111,7 +111,7 @@ def generate(landing: Path, *, files: int = 4, sessions_per_file: int = 20, seed
              n_contents: int = 40, prefix: str = "g") -> Written:
     """Write `files` landing files of whole sessions starting around `start` (UTC)."""
     rng = random.Random(seed)
-    start = start or dt.datetime(2026, 11, 19, 20, 0, tzinfo=dt.timezone.utc)
+    start = start or dt.datetime(2026, 11, 19, 20, 0, tzinfo=dt.UTC)
     out = Written()
     good: list[str] = []
     for index in range(files):

@@ -37,8 +37,8 @@ def build_session(app_name: str, *, master: str | None = None,
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
-    if master or not os.environ.get("SPARK_ENV_LOADED") and "spark.master" not in os.environ.get(
-            "PYSPARK_SUBMIT_ARGS", ""):
+    if master or (not os.environ.get("SPARK_ENV_LOADED") and "spark.master" not in os.environ.get(
+            "PYSPARK_SUBMIT_ARGS", "")):
         builder = builder.master(master or os.environ.get("WEIR_SPARK_MASTER", "local[*]"))
     settings = {**BASE_CONF, **DELTA_CONF, "spark.jars": ",".join(resolved_jars())}
     settings.update(conf or {})

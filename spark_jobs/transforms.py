@@ -14,7 +14,12 @@ from typing import TYPE_CHECKING
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
-    DateType, LongType, StringType, StructField, StructType, TimestampType,
+    DateType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
 )
 
 if TYPE_CHECKING:
@@ -76,7 +81,9 @@ def _field_reasons(f: Field) -> tuple[list[Column], Column]:
             in_range = in_range & (typed >= F.lit(f.minimum))
         if f.maximum is not None:
             in_range = in_range & (typed <= F.lit(f.maximum))
-        bounds = f"[{'' if f.minimum is None else _num(f.minimum)}..{'' if f.maximum is None else _num(f.maximum)}]"
+        low = "" if f.minimum is None else _num(f.minimum)
+        high = "" if f.maximum is None else _num(f.maximum)
+        bounds = f"[{low}..{high}]"
         reasons.append(F.when(present & well_formed & ~in_range,
                               F.concat(F.lit(f"{f.name} out of range {bounds}: "), raw)))
     if f.allowed is not None:

@@ -8,8 +8,9 @@ from spark_jobs.commands import pipeline_arg
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("run", help="run a pipeline's stream (Ctrl-C/SIGTERM stops it at a batch boundary)",
-                              description=__doc__)
+    p = subparsers.add_parser(
+        "run", help="run a pipeline's stream (Ctrl-C/SIGTERM stops it at a batch boundary)",
+        description=__doc__)
     p.add_argument("pipeline", type=pipeline_arg)
     p.add_argument("--once", action="store_true",
                    help="process everything available through every layer, then exit")

@@ -141,8 +141,8 @@ def progress_row(pipeline: str, progress: dict[str, Any], driver_pid: int) -> di
              "num_input_rows": s.get("numInputRows")} for s in sources], default=str),
         "kafka_lag": lag,
         "kafka_lag_by_partition": json.dumps(lag_by_partition) if lag_by_partition is not None else None,
-        "row_rule_counts": json.dumps(counts, sort_keys=True) if (
-            counts := take_batch_metrics(progress.get("name"), progress.get("batchId"))) is not None else None,
+        "row_rule_counts": json.dumps(counts, sort_keys=True) if (counts := take_batch_metrics(
+            progress.get("name"), progress.get("batchId"))) is not None else None,
     }
 
 

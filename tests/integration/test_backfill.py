@@ -78,7 +78,7 @@ def test_backfill_beside_the_running_stream_loses_and_doubles_nothing(spark, hom
         for wave in range(3):
             written.add(generate(home.landing("playback"), files=1, sessions_per_file=6,
                                  seed=32 + wave, start=dt.datetime(2026, 11, 19, 21, wave * 5,
-                                                                   tzinfo=dt.timezone.utc)))
+                                                                   tzinfo=dt.UTC)))
             backfill(spark, pipeline, DAY, DAY, home=home)
     finally:
         stop.set()

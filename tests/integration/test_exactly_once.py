@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 def start_driver(home, conf_dir: Path, *args: str) -> subprocess.Popen:
     env = {**os.environ, "WEIR_HOME": str(home.root), "WEIR_CONF": str(conf_dir)}
-    log = open(home.root / "driver.log", "ab")  # noqa: SIM115 - handed to the child
+    log = open(home.root / "driver.log", "ab")
     return subprocess.Popen([sys.executable, "-m", "spark_jobs.stream", "playback", *args],
                             env=env, stdout=log, stderr=subprocess.STDOUT)
 
@@ -63,7 +63,8 @@ def assert_all_layers_exactly_once(spark, home, pipeline, written) -> None:
     assert_exactly_once(bronze, ("source", "position"), expected_bronze_keys(written), "bronze")
     assert_exactly_once(table(spark, tables.silver), ("event_id",), written.event_ids, "silver")
     quarantine = table(spark, tables.quarantine)
-    assert quarantine.count() == quarantine.select("source", "position").distinct().count() == written.bad_lines
+    keys = quarantine.select("source", "position").distinct().count()
+    assert quarantine.count() == keys == written.bad_lines
     gold = table(spark, tables.gold)
     key = transforms.gold_key(pipeline)
     assert gold.count() == gold.select(*key).distinct().count()
@@ -82,8 +83,8 @@ def test_kill_9_mid_batch_repeatedly_then_restart_is_exactly_once(spark, home, t
         try:
             committed = batch_files(home, pipeline, "commits")
             # a batch is planned (offsets/N written) but not committed: kill in the middle of it
-            wait_for(lambda: batch_files(home, pipeline, "offsets") - batch_files(home, pipeline, "commits")
-                     - committed, 600, f"a batch to start (kill {kill + 1})", driver)
+            wait_for(lambda done=committed: batch_files(home, pipeline, "offsets")
+                     - batch_files(home, pipeline, "commits") - done, 600, f"a batch to start (kill {kill + 1})", driver)
             if kill:
                 time.sleep(1.5)     # further into the batch than the first kill
         finally:

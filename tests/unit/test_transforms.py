@@ -102,7 +102,8 @@ def test_dedupe_keeps_the_first_ingested_copy_whatever_the_order(spark):
 
 
 def test_enrichment_gives_nulls_for_unknown_content(spark):
-    dim = spark.createDataFrame([("c001", "Paper Tide", "drama")], "content_id string, title string, genre string")
+    dim = spark.createDataFrame([("c001", "Paper Tide", "drama")],
+                                "content_id string, title string, genre string")
     lines = [with_(event_id="e1"), with_(event_id="e2", content_id="c999")]
     rows = transforms.silver(transforms.parse(bronze(spark, *lines), PLAYBACK), dim, PLAYBACK)
     got = {r.event_id: (r.title, r.genre) for r in rows.collect()}
