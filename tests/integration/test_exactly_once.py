@@ -84,7 +84,8 @@ def test_kill_9_mid_batch_repeatedly_then_restart_is_exactly_once(spark, home, t
             committed = batch_files(home, pipeline, "commits")
             # a batch is planned (offsets/N written) but not committed: kill in the middle of it
             wait_for(lambda done=committed: batch_files(home, pipeline, "offsets")
-                     - batch_files(home, pipeline, "commits") - done, 600, f"a batch to start (kill {kill + 1})", driver)
+                     - batch_files(home, pipeline, "commits") - done,
+                     600, f"a batch to start (kill {kill + 1})", driver)
             if kill:
                 time.sleep(1.5)     # further into the batch than the first kill
         finally:
