@@ -252,9 +252,9 @@ def plot(doc: Document, out: Path, stem: str) -> list[Path]:
             ax.step([0.0] + [p[0] for p in points], [0] + [p[1] for p in points], where="post", label=title)
         ceiling = _rate(doc, "ceiling")
         if ceiling and series:
-            end = max(points[-1][0] for _, points in series)
-            ax.plot([0, end], [0, ceiling * end], linestyle=":", color="grey",
-                    label=f"Spark ceiling slope ({ceiling:,.0f} ev/s)")
+            total = max(points[-1][1] for _, points in series)
+            ax.plot([0, total / ceiling], [0, total], linestyle=":", color="grey",
+                    label=f"Spark ceiling: the same input in {total / ceiling:.1f} s ({ceiling:,.0f} ev/s)")
         ax.set_xlabel("seconds since the query started")
         ax.set_ylabel("events committed")
         ax.set_title("Throughput over time (landing → Delta, same input)")
