@@ -95,6 +95,15 @@ class StreamSupervisorOperator(BaseOperator):
             # A dead holder's lease: its spark-submit JVM may linger; clear both before launching.
             kill_launch(home, self.pipeline, signal.SIGKILL)
             leases.clear_stale(home, self.pipeline)
+        from spark_jobs import catalog
+        from spark_jobs.control.deploy_gate import IncompatibleCodeError, admit
+
+        try:   # changed code must fit the checkpoint (a restart of unchanged code skips the check)
+            admit(home, catalog.load(self.pipeline), actor=actor_of(context))
+        except IncompatibleCodeError as err:
+            from airflow.sdk.exceptions import AirflowFailException
+
+            raise AirflowFailException(str(err)) from err
         hook = self._hook()
         record = hook.launch_detached(home, self.pipeline, str(STREAM_ENTRY))
         eventlog.record(self.pipeline, action, "launched", actor=actor_of(context), reason=reason,

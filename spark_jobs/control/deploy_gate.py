@@ -1,0 +1,83 @@
+"""The deploy gate: before the control plane starts a driver, the code it starts must fit the
+pipeline's checkpoint (stateful operators, keys, shuffle partitions, sources, output schemas).
+
+Checking needs a Spark session, so it runs only when the code changed since it was last admitted
+(a fingerprint of the package and the catalog); a restart of the same code costs nothing. An
+incompatible start is refused with the verdict and its reasons, and written to the event log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spark_jobs.catalog import catalog_dir
+from spark_jobs.home import REPO_ROOT, WeirHome
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from spark_jobs.catalog import Pipeline
+
+log = logging.getLogger(__name__)
+
+
+class IncompatibleCodeError(RuntimeError):
+    """The code to deploy does not fit the checkpoint; the message says what to do."""
+
+
+def code_fingerprint() -> str:
+    """A digest of what decides the query plans: the package's code and the catalog."""
+    digest = hashlib.sha256()
+    roots = (REPO_ROOT / "spark_jobs", catalog_dir())
+    for root in roots:
+        for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".yaml") and p.is_file()):
+            digest.update(str(path.relative_to(root.parent)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def admitted_path(home: WeirHome, pipeline: str) -> Path:
+    return home.control(pipeline) / "admitted_code.json"
+
+
+def _has_checkpoint(home: WeirHome, pipeline: Pipeline) -> bool:
+    from spark_jobs.stream import QUERIES, checkpoint_location
+
+    return any((checkpoint_location(home, pipeline, q) / "offsets").is_dir() for q in QUERIES)
+
+
+def admit(home: WeirHome, pipeline: Pipeline, *, actor: str, fingerprint: str | None = None,
+          spark: SparkSession | None = None) -> dict[str, Any]:
+    """Admit the current code for a start of `pipeline`, or raise `IncompatibleCodeError`."""
+    from spark_jobs.control import eventlog
+
+    fingerprint = fingerprint or code_fingerprint()
+    path = admitted_path(home, pipeline.name)
+    admitted = json.loads(path.read_text()) if path.is_file() else {}
+    if admitted.get("fingerprint") == fingerprint:
+        return {"checked": False, "compatible": True, "verdict": "compatible (code unchanged)"}
+    result: dict[str, Any] = {"checked": False, "compatible": True, "verdict": "compatible (no checkpoint)"}
+    if _has_checkpoint(home, pipeline):
+        from spark_jobs.checkpoints.compat import compat
+        from spark_jobs.session import build_session
+
+        result = {"checked": True, **compat(spark or build_session(f"weir-compat-{pipeline.name}"),
+                                            home, pipeline)}
+    if not result["compatible"]:
+        reasons = "; ".join(f"{r['query']}: {r['reason']}" for r in result.get("reasons", []))
+        eventlog.record(pipeline.name, "deploy", "refused", actor=actor,
+                        reason=f"code does not fit the checkpoint: {result['verdict']}",
+                        details=result, home=home)
+        raise IncompatibleCodeError(
+            f"refusing to start changed code of {pipeline.name}: {result['verdict']} ({reasons}). "
+            "See docs/runbooks/full-refresh.md, or `weir checkpoint reset` for a state reset.")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"fingerprint": fingerprint, "verdict": result["verdict"]}))
+    tmp.replace(path)
+    log.info("%s: code admitted (%s)", pipeline.name, result["verdict"])
+    return result
