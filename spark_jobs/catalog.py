@@ -148,7 +148,3 @@ def load(name: str) -> Pipeline:
     if not isinstance(pipeline, Pipeline) or pipeline.name != name:
         raise UnknownPipelineError(f"{path} must define PIPELINE = Pipeline(name={name!r}, ...)")
     return pipeline
-
-
-def all_pipelines() -> list[Pipeline]:
-    return [load(n) for n in names()]

@@ -17,7 +17,6 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from spark_jobs.control.lease import iso, now_utc, read_json, write_json_atomically
 from spark_jobs.control.processes import ProcessRef, hostname, signal_group, start_ticks
@@ -109,8 +108,3 @@ def kill_launch(home: WeirHome, pipeline: str, sig: signal.Signals = signal.SIGK
     if ticks is not None and record.start_ticks is not None and ticks != record.start_ticks:
         return False
     return signal_group(record.pid, sig)
-
-
-def launch_summary(record: LaunchRecord | None) -> dict[str, Any] | None:
-    return None if record is None else {"pid": record.pid, "host": record.host,
-                                        "launched_at": record.launched_at, "log": record.log_path}

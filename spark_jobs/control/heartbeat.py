@@ -10,7 +10,6 @@ driver stops its queries at a batch boundary.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import os
 import threading
@@ -189,7 +188,3 @@ class DriverMonitor:
                     self.stop.set()
             except Exception:
                 log.exception("%s: heartbeat failed", self.pipeline)
-
-
-def utc_from_iso(text: str | None) -> dt.datetime | None:
-    return parse_iso(text) if text else None
