@@ -1,5 +1,5 @@
 """Assertions shared by the exactly-once tests: count == distinct == expected, with the
-differences printed both ways when they fail."""
+differences printed both ways when they fail; and the one poll loop (`wait_for`)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
+
+from spark_jobs.control.polling import wait_for
+
+__all__ = ["assert_exactly_once", "table", "wait_for"]
 
 
 def table(spark: SparkSession, path: Path) -> DataFrame:

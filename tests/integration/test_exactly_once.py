@@ -18,7 +18,7 @@ from spark_jobs import stream, transforms
 from spark_jobs.control import progress
 from spark_jobs.generator import generate
 from spark_jobs.layers import PipelineTables
-from tests.helpers import assert_exactly_once, table
+from tests.helpers import assert_exactly_once, table, wait_for
 from tests.integration.pipelines import playback, write_catalog
 
 pytestmark = pytest.mark.slow
@@ -38,14 +38,9 @@ def batch_files(home, pipeline, kind: str) -> set[int]:
     return {int(p.name) for p in folder.iterdir() if p.name.isdigit()}
 
 
-def wait_for(condition, timeout: float, what: str, driver: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if driver is not None and driver.poll() is not None:
-            raise AssertionError(f"driver exited ({driver.returncode}) while waiting for {what}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
+def exited(driver: subprocess.Popen):
+    """An `abort` for `wait_for`: why waiting on this driver is pointless (it exited), or None."""
+    return lambda: None if driver.poll() is None else f"driver exited ({driver.returncode})"
 
 
 def expected_bronze_keys(written) -> set[tuple[str, int]]:
@@ -83,9 +78,10 @@ def test_kill_9_mid_batch_repeatedly_then_restart_is_exactly_once(spark, home, t
         try:
             committed = batch_files(home, pipeline, "commits")
             # a batch is planned (offsets/N written) but not committed: kill in the middle of it
-            wait_for(lambda done=committed: batch_files(home, pipeline, "offsets")
+            wait_for(f"a batch to start (kill {kill + 1})",
+                     lambda done=committed: batch_files(home, pipeline, "offsets")
                      - batch_files(home, pipeline, "commits") - done,
-                     600, f"a batch to start (kill {kill + 1})", driver)
+                     600, poll_s=0.1, abort=exited(driver))
             if kill:
                 time.sleep(1.5)     # further into the batch than the first kill
         finally:
@@ -110,7 +106,8 @@ def test_sigterm_stops_at_a_batch_boundary(spark, home, tmp_path):
     written = generate(home.landing("playback"), files=3, sessions_per_file=5, seed=12)
     driver = start_driver(home, conf)
     try:
-        wait_for(lambda: batch_files(home, pipeline, "commits"), 600, "a first committed batch", driver)
+        wait_for("a first committed batch", lambda: batch_files(home, pipeline, "commits"), 600,
+                 poll_s=0.1, abort=exited(driver))
         driver.send_signal(signal.SIGTERM)
         assert driver.wait(120) == 0
     finally:
