@@ -86,6 +86,7 @@ class Suite:
     started: float = dataclasses.field(default_factory=time.monotonic)
     datasets: dict[str, Dataset] = dataclasses.field(default_factory=dict)
     results: dict[str, Any] = dataclasses.field(default_factory=dict)
+    load_samples: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def remaining_s(self) -> float:
         return self.profile.budget_s - (time.monotonic() - self.started)
@@ -98,6 +99,13 @@ class Suite:
             self.datasets[name] = make(self.workdir / "data", name,
                                        Size(base.files, base.sessions_per_file * multiplier), seed=11)
         return self.datasets[name]
+
+    def sample_load(self, before: str) -> None:
+        """Record the load average just before a worker starts, when none of the run's own
+        processes is running (for reference: the 1-minute average still carries a decaying share
+        of the previous worker)."""
+        self.load_samples.append({"before": before, "at_s": round(time.monotonic() - self.started, 1),
+                                  "load_average": [round(x, 2) for x in os.getloadavg()]})
 
     def warmup(self) -> Dataset:
         if "warmup" not in self.datasets:
@@ -123,6 +131,7 @@ def run_worker(suite: Suite, master: str, specs: list[Spec]) -> list[dict[str, A
     out.unlink(missing_ok=True)
     request.write_text(json.dumps({"master": master, "specs": [s.to_dict() for s in specs]}))
     log.info("worker (%s): %s", master, labels)
+    suite.sample_load(labels)
     started = time.monotonic()
     logfile = suite.workdir / f"worker-{specs[0].label}.log"
     reason = ""
@@ -211,6 +220,7 @@ def run_contributed(suite: Suite, name: str) -> None:
     # suite runs it at its quick size, and says so.
     quick = name in SMALL_IN_SUITE
     log.info("contributed benchmark %s%s", name, " (quick size)" if quick else "")
+    suite.sample_load(name)
     result = contributed.run_contributed(name, suite.workdir / name, quick=quick, timeout_s=timeout)
     suite.results[name] = {**result, "run_quick": quick}
 
@@ -270,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     suite = Suite(profile=profile, quick=args.quick, workdir=workdir,
                   selected=tuple(n for n in NAMES if n in selected))
     started_at = dt.datetime.now(dt.UTC)
-    env_before = environment()
+    env_before = environment()  # the machine's load before the run: what "loaded" is judged on
     try:
         run_all(suite)
     finally:
@@ -283,7 +293,10 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(["python -m bench.run", *(argv if argv is not None else sys.argv[1:])]),
         "quick": args.quick,
         "profile": dataclasses.asdict(profile),
-        "environment": {**env_before, "load_average_after": env_after["load_average"]},
+        # `load_average` is sampled before the run; the one after it (and those between workers)
+        # include the harness's own workers, so they are kept for reference only.
+        "environment": {**env_before, "load_average_after": env_after["load_average"],
+                        "load_average_between_workers": suite.load_samples},
         "datasets": {k: dataclasses.asdict(v) for k, v in suite.datasets.items()},
         "selected": list(suite.selected),
         "results": suite.results,

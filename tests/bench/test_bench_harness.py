@@ -63,11 +63,42 @@ def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path)
     assert "| platform | local[2] | 4000 | 4.00 |" in text
 
 
+@pytest.mark.parametrize(("before", "after", "loaded"), [
+    (0.5, 9.0, False),   # the harness's own workers raised the load: not a loaded machine
+    (3.1, 0.2, True),    # busy when the run started: loaded, whatever came after
+])
+def test_loaded_is_judged_on_the_load_average_before_the_run(
+        tmp_path: Path, before: float, after: float, loaded: bool) -> None:
+    doc = document({"ceiling": {"workload": "ceiling", "events_per_s": 1000.0}}, ["ceiling"])
+    doc["environment"].update(load_average=[before, 0, 0], load_average_after=[after, 0, 0],
+                              load_average_between_workers=[
+                                  {"before": "ceiling", "at_s": 1.0, "load_average": [after, 0, 0]}])
+    doc["summary"] = summary = report.summarise(doc)
+    assert summary["load"]["loaded"] is loaded
+    assert summary["load"]["judged_on"] == "1-minute load average before the run"
+    text = report.markdown_summary(doc)
+    assert f"load average {before:.2f} before the run (what \"loaded\" is judged on)" in text
+    assert "include the harness's own workers" in text
+    assert ("**The machine was loaded when this run started" in text) is loaded
+
+
+def test_kafka_and_landing_files_rates_of_the_kafka_run_sit_side_by_side() -> None:
+    doc = document({"kafka": {"result": {"events_per_s": 900.0, "landing_files_events_per_s": 1200.0},
+                              "events_per_s": 900.0, "wall_s": 80.0, "run_quick": False}}, ["kafka"])
+    doc["summary"] = summary = report.summarise(doc)
+    assert summary["metrics"]["kafka_events_per_s"] == 900.0
+    assert summary["metrics"]["kafka_run_landing_files_events_per_s"] == 1200.0
+    assert summary["ratios"]["kafka_vs_landing_files"] == pytest.approx(0.75)
+    assert "| Kafka → silver (ingest query, sustained) | 900 ev/s |" in report.markdown_summary(doc)
+
+
 def test_contributed_results_are_read_under_the_agreed_names() -> None:
     assert contributed.headline("recovery", {"detection_s": 4, "successor_first_commit_s": 31.5}) == {
         "detection_s": 4.0, "first_commit_s": 31.5}
     assert contributed.headline("dq", {"rows": 10, "ratio": 0.2}) == {
         "seconds_per_million_rows": None, "dq_vs_stream": 0.2}
+    assert contributed.headline("kafka", {"events_per_s": 812.5, "landing_files_events_per_s": 900}) == {
+        "events_per_s": 812.5}
 
 
 @pytest.mark.slow
