@@ -99,8 +99,12 @@ def _free_port() -> int:
 
 def _cluster_id() -> str:
     """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (like `kafka-storage
-    random-uuid`)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    random-uuid`). Never one starting with "-", which the storage tool would read as an option
+    (Kafka's own `Uuid.randomUuid` redraws those too)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _state_file(home: WeirHome) -> Path:
