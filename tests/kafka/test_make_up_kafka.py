@@ -1,0 +1,114 @@
+"""`make up` with the Kafka profile, end to end: `infra/airflow/up.sh` in a temp WEIR_HOME starts
+the broker, the producer and Airflow, deploys `playback_kafka` through its P_stream DAG; once the
+stream is RUNNING and silver has rows, Ctrl-C (SIGINT) stops the stream, the producer, Airflow
+and the broker — nothing of that home is left running and no port still answers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.home import REPO_ROOT, WeirHome
+from tests.kafka.harness import delta_row_count
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(900)]
+UP = REPO_ROOT / "infra" / "airflow" / "up.sh"
+WEIR = REPO_ROOT / ".venv" / "bin" / "weir"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def processes_of(home: Path) -> dict[int, str]:
+    """Live processes (of this user) whose environment has WEIR_HOME=`home`: everything up.sh
+    started carries it, the detached driver and the broker included."""
+    marker = f"WEIR_HOME={home}".encode()
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker in (entry / "environ").read_bytes().split(b"\0"):
+                found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:160]
+        except OSError:
+            continue
+    return found
+
+
+def status(env: dict[str, str]) -> dict:
+    done = subprocess.run([str(WEIR), "status", "playback_kafka", "--json"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    return json.loads(done.stdout) if done.returncode == 0 else {"state": f"error: {done.stderr[-200:]}"}
+
+
+def test_make_up_kafka_profile_deploys_the_stream_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
+    home = WeirHome(tmp_path / "weir")
+    airflow_port, kafka_port = free_port(), free_port()
+    env = {**os.environ, "WEIR_HOME": str(home.root), "WEIR_UP_PROFILE": "kafka",
+           "WEIR_AIRFLOW_PORT": str(airflow_port), "WEIR_KAFKA_PORT": str(kafka_port),
+           # one producer round: batch 0 holds it all, so the stop at a batch boundary is quick
+           "WEIR_GENERATE_EVERY_S": "3600"}
+    env.pop("AIRFLOW_HOME", None)
+    log = tmp_path / "up.log"
+    silver = home.table("silver", "playback_kafka_events")
+    with open(log, "wb") as out:
+        # SIGINT back to its default: a shell ignores it in background jobs, and up.sh could not trap it.
+        up = subprocess.Popen(["bash", str(UP)], env=env, stdout=out, stderr=subprocess.STDOUT,
+                              cwd=REPO_ROOT, start_new_session=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 480
+        state, rows = {}, 0
+        while time.monotonic() < deadline and up.poll() is None:
+            state = status(env)
+            rows = delta_row_count(silver) if (silver / "_delta_log").is_dir() else 0
+            if state.get("state") == "RUNNING" and rows > 0:
+                break
+            time.sleep(5)
+        tail = log.read_text(errors="replace")[-3000:]
+        assert up.poll() is None, f"up.sh exited ({up.returncode}) early:\n{tail}"
+        assert state.get("state") == "RUNNING" and rows > 0, f"status {state}, silver {rows}:\n{tail}"
+        assert json.loads((home.kafka / "broker.json").read_text())["port"] == kafka_port
+        assert answers(kafka_port) and answers(airflow_port)
+
+        os.kill(up.pid, signal.SIGINT)
+        code = up.wait(timeout=240)
+        text = log.read_text(errors="replace")
+        assert code == 130, text[-3000:]
+        assert "kafka stopped" in text and "weir up: stopped." in text, text[-3000:]
+        assert status(env)["state"] == "STOPPED"
+        left = processes_of(home.root)
+        assert not left, f"still running after Ctrl-C: {left}"
+        assert not answers(kafka_port) and not answers(airflow_port)
+    finally:
+        if up.poll() is None:
+            os.kill(up.pid, signal.SIGTERM)
+            try:
+                up.wait(timeout=240)
+            except subprocess.TimeoutExpired:
+                os.killpg(up.pid, signal.SIGKILL)
+        for pid in processes_of(home.root):  # only what this test's up.sh started
+            try:
+                group = os.getpgid(pid)
+                if group != os.getpgid(0):
+                    os.killpg(group, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
