@@ -1,0 +1,208 @@
+"""The batch DAGs of a pipeline run end to end with Airflow's own `DAG.test()` (a real metadata DB,
+real task runs, XCom) on real data: `P_checkpoint` inspects, validates and backs up,
+`P_checkpoint_backup` backs up and prunes, `P_maintenance` compacts silver and gold keeping their
+data, `P_dq` stores its results and fails (with an alert) when silver lost rows."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spark_jobs import catalog, stream
+from spark_jobs.control import eventlog
+from spark_jobs.generator import generate
+from spark_jobs.home import WeirHome
+from spark_jobs.layers import PipelineTables
+from tests.airflow.supervision_harness import LOCAL_MASTER
+from tests.helpers import assert_exactly_once, table
+from tests.integration.pipelines import playback
+
+pytestmark = [pytest.mark.slow, pytest.mark.airflow, pytest.mark.timeout(900)]
+P = "playback"
+DAY_1 = dt.datetime(2026, 11, 19, 20, 0, tzinfo=dt.UTC)
+DAY_2 = dt.datetime(2026, 11, 20, 9, 0, tzinfo=dt.UTC)
+AIRFLOW = Path(sys.executable).parent / "airflow"
+
+
+@dataclass
+class Fed:
+    """A WEIR_HOME that the playback stream has filled, and what it was fed."""
+
+    home: WeirHome
+    event_ids: set[str]
+    batches: int
+
+    @property
+    def tables(self) -> PipelineTables:
+        return PipelineTables.of(self.home, catalog.load(P))
+
+
+@pytest.fixture(scope="module")
+def airflow_db() -> None:
+    """The metadata DB of this run's AIRFLOW_HOME (tests/airflow/conftest.py), migrated."""
+    out = subprocess.run([str(AIRFLOW), "db", "migrate"], env=dict(os.environ), capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def fed(spark, tmp_path_factory: pytest.TempPathFactory, airflow_db: None) -> Iterator[Fed]:
+    """Two event dates landed in four files and streamed two files per micro-batch, each batch
+    touching both dates, so silver and gold hold several small files per partition (what
+    maintenance is for)."""
+    root = tmp_path_factory.mktemp("weir-batch-dags")
+    home = WeirHome(root)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("WEIR_HOME", str(root))
+        patch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", LOCAL_MASTER)
+        days = [generate(home.landing(P), files=2, sessions_per_file=4, seed=seed, prefix="d", start=start)
+                for seed, start in ((31, DAY_1), (32, DAY_2))]
+        landed_at = time.time() - 60
+        interleaved = [f for pair in zip(days[0].files, days[1].files, strict=True) for f in pair]
+        for order, path in enumerate(interleaved):
+            os.utime(path, (landed_at + order, landed_at + order))  # read in this order
+        stream.run(playback(files_per_trigger=2), once=True, home=home, spark=spark)
+        yield Fed(home, days[0].event_ids | days[1].event_ids, batches=2)
+
+
+def dags() -> dict[str, Any]:
+    from weir_airflow.dag_factory import pipeline_dags
+
+    return pipeline_dags(P)
+
+
+def run_dag(dag_id: str, **kwargs: Any) -> Any:
+    """`DAG.test()` of one of the pipeline's DAGs; the finished DagRun."""
+    run = dags()[dag_id].test(**kwargs)
+    return run
+
+
+def task_states(run: Any) -> dict[str, str]:
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return {ti.task_id: str(ti.state) for ti in run.get_task_instances(session=session)}
+
+
+def returned(run: Any, task_id: str) -> Any:
+    """What a task of the run returned (its `return_value` XCom)."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = session.scalars(XComModel.get_many(run_id=run.run_id, dag_ids=run.dag_id, task_ids=task_id,
+                                                 key="return_value")).first()
+        assert row is not None, f"{run.dag_id}.{task_id} returned nothing"
+        return XComModel.deserialize_value(row)
+
+
+def events(home: WeirHome, action: str) -> list[dict[str, Any]]:
+    return [e for e in eventlog.read(home, P) if e["action"] == action]
+
+
+def file_count(spark, path: Path) -> int:
+    from delta.tables import DeltaTable
+
+    return int(DeltaTable.forPath(spark, str(path)).detail().first()["numFiles"])
+
+
+def test_checkpoint_dags_inspect_validate_and_back_up(fed: Fed) -> None:
+    inspected = run_dag(f"{P}_checkpoint", run_conf={"action": "inspect"})
+    assert inspected.state == "success", task_states(inspected)
+    queries = returned(inspected, "checkpoint")["queries"]
+    assert queries["ingest"]["last_committed_batch"] == fed.batches - 1, queries["ingest"]
+    assert queries["gold"]["last_committed_batch"] is not None and queries["gold"]["state_operators"]
+
+    validated = run_dag(f"{P}_checkpoint", run_conf={"action": "validate"})
+    assert validated.state == "success", task_states(validated)
+    verdict = returned(validated, "checkpoint")
+    assert verdict["healthy"] is True and not [p for p in verdict.get("problems", [])
+                                               if p.get("severity") == "error"], verdict
+
+    backed_up = run_dag(f"{P}_checkpoint", run_conf={"action": "backup", "reason": "before a deploy"})
+    assert backed_up.state == "success", task_states(backed_up)
+    backup_id = returned(backed_up, "checkpoint")["id"]
+    assert backup_id and (fed.home.backups(P) / backup_id).is_dir()
+
+    periodic = run_dag(f"{P}_checkpoint_backup")
+    assert periodic.state == "success", task_states(periodic)
+    second_id = returned(periodic, "backup")["id"]
+    pruned = returned(periodic, "prune")
+    assert second_id != backup_id and {backup_id, second_id} <= set(pruned["kept"]), pruned
+    assert not pruned["removed"]
+    listed = {b.name for b in fed.home.backups(P).iterdir() if b.is_dir()}
+    assert {backup_id, second_id} <= listed, listed
+    logged = [(e["outcome"], e["actor"], e["reason"]) for e in events(fed.home, "checkpoint backup")]
+    assert ("ok", "dag_test", "before a deploy") in logged, logged
+    assert ("ok", "airflow", "periodic backup") in logged, logged
+
+
+def test_maintenance_dag_compacts_silver_and_gold_keeping_their_data(fed: Fed, spark) -> None:
+    from pyspark.testing import assertDataFrameEqual
+
+    tables = fed.tables
+    before = {layer: (file_count(spark, path), table(spark, path).collect())
+              for layer, path in (("silver", tables.silver), ("gold", tables.gold))}
+    partitions = table(spark, tables.silver).select("event_date").distinct().count()
+    assert before["silver"][0] > partitions, "silver should start with several files per partition"
+
+    run = run_dag(f"{P}_maintenance")
+    assert run.state == "success", task_states(run)
+
+    after = {"silver": file_count(spark, tables.silver), "gold": file_count(spark, tables.gold)}
+    for layer, path in (("silver", tables.silver), ("gold", tables.gold)):
+        files_before, rows_before = before[layer]
+        assert after[layer] <= min(files_before, partitions), f"{layer} was not compacted: {after}"
+        assertDataFrameEqual(table(spark, path), rows_before, checkRowOrder=False)
+    assert_exactly_once(table(spark, tables.silver), ["event_id"], fed.event_ids, "silver")
+    [logged] = events(fed.home, "maintenance")
+    assert logged["outcome"] == "ok" and logged["actor"] == "dag_test", logged
+    silver = logged["details"]["silver"]
+    assert silver["files_removed"] - silver["files_added"] == before["silver"][0] - after["silver"], logged
+    assert logged["details"]["silver"]["retain_hours"] >= 168 and "gold" in logged["details"]
+
+
+def dq_rows(home: WeirHome, run_id: str) -> list[dict[str, Any]]:
+    from spark_jobs.control import platform_tables
+    from spark_jobs.quality import results
+
+    return platform_tables.read(results.table_path(home), equals={"run_id": run_id})
+
+
+def test_dq_dag_stores_its_results_and_fails_with_an_alert_when_silver_lost_rows(fed: Fed, spark) -> None:
+    run = run_dag(f"{P}_dq", logical_date=DAY_2)
+    assert run.state == "success", task_states(run)
+    report = returned(run, "dq")
+    assert report["success"] is True
+    assert (report["date_from"], report["date_to"]) == ("2026-11-19", "2026-11-20"), report
+    rows = dq_rows(fed.home, report["run_id"])
+    assert rows and all(r["run_success"] for r in rows)
+    assert {r["table"] for r in rows} == {"silver.playback_events", "gold.playback_qoe_1m"}
+    [row_count] = [r for r in rows if r["expectation_type"] == "expect_table_row_count_to_equal"]
+    assert row_count["success"] and json.loads(row_count["observed_value"]) == len(fed.event_ids)
+
+    # Silver loses rows of one date: the scheduled check fails, says why, and alerts.
+    from delta.tables import DeltaTable
+
+    DeltaTable.forPath(spark, str(fed.tables.silver)).delete("event_date = '2026-11-20' AND "
+                                                             "event_type = 'heartbeat'")
+    failed = run_dag(f"{P}_dq", logical_date=DAY_2 + dt.timedelta(hours=1))
+    assert failed.state == "failed" and task_states(failed) == {"dq": "failed"}
+    outcomes = [e["outcome"] for e in events(fed.home, "dq")]
+    assert outcomes == ["success", "failed"], outcomes
+    latest = events(fed.home, "dq")[-1]
+    failed_rows = [r for r in dq_rows(fed.home, latest["details"]["run_id"]) if not r["success"]]
+    assert [r["expectation_type"] for r in failed_rows] == ["expect_table_row_count_to_equal"], failed_rows
+    alerts = [json.loads(line) for line in (fed.home.logs / "alerts.jsonl").read_text().splitlines()]
+    assert any(a["dag_id"] == f"{P}_dq" and "expect_table_row_count_to_equal" in (a["error"] or "")
+               for a in alerts), alerts
