@@ -1,12 +1,22 @@
-"""Events per second into silver from Kafka next to the landing-folder source, in one run.
+"""Events per second into silver from Kafka, next to the landing-folder source, in one run.
 
-    python -m bench.kafka_throughput [--files 8] [--sessions-per-file 60] [--max-offsets 0]
+    python -m bench.kafka_throughput [--quick] [--workdir DIR] [--out FILE]
 
-One generated dataset is (1) dropped into the `playback` landing folder and (2) published to a
-fresh topic on the local broker (infra/kafka, started and stopped here). Each source then runs
-the same ingest query (bronze + quarantine + silver, `availableNow`) on one Spark session, in a
-fresh WEIR_HOME, and the wall time from query start to its end gives records/s and events/s.
-Results are printed and written to `bench/results/kafka_throughput.json`.
+One generated dataset (`bench.datasets`, bad and duplicate lines included) is published to a
+fresh topic on a local broker (`infra/kafka`, started and stopped here, data under the work
+folder) and hard-linked into the `playback` landing folder. Each source then runs the platform's
+own ingest query (bronze + quarantine + silver, `availableNow`) in a fresh WEIR_HOME, on one
+Spark session, in equal micro-batches: `files_per_trigger` files for the landing folder, the same
+number of lines as `maxOffsetsPerTrigger` for Kafka. A warm-up of both on a small dataset comes
+first (JIT, class loading), except with `--quick`.
+
+Rates count input lines ("events", as the harness does for landing → silver): `events_per_s` is
+the sustained rate (lines / span from the first batch's start to the last batch's end, query
+start-up excluded), `wall_events_per_s` includes the start-up. Each source's layers are checked
+against the input: bronze holds every line once, silver every valid event once (count ==
+distinct == expected). `measure(quick=, workdir=)` is the entry point of the benchmark harness
+(`bench/contributed.py`): its `events_per_s` is Kafka → silver; the landing folder's rate and the
+ratio Kafka / files sit beside it.
 """
 
 from __future__ import annotations
@@ -15,6 +25,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import math
 import os
 import shutil
 import subprocess
@@ -22,102 +33,223 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from spark_jobs import catalog, kafka, stream
-from spark_jobs.catalog import KafkaSource, Pipeline
-from spark_jobs.generator import generate
+from bench import datasets
 from spark_jobs.home import REPO_ROOT, WeirHome
-from spark_jobs.layers import ensure_tables
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from spark_jobs.catalog import Pipeline
 
 log = logging.getLogger("bench.kafka_throughput")
 BROKER = REPO_ROOT / "infra" / "kafka" / "broker.py"
-RESULTS = REPO_ROOT / "bench" / "results" / "kafka_throughput.json"
+TOPIC = "bench-playback"
+PARTITIONS = 3
+MASTER = "local[2]"
 
 
-def ingest(spark, pipeline: Pipeline, home: WeirHome) -> dict[str, float]:  # type: ignore[no-untyped-def]
-    """Run the ingest query once over everything available; time it and count what it wrote."""
-    tables = ensure_tables(spark, home, pipeline)
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Sizes of one measurement."""
+
+    size: datasets.Size
+    warmup: datasets.Size | None
+    files_per_trigger: int
+
+
+# The suite's 1x input (bench.run FULL.base): the landing-folder rate here reads like its
+# platform_silver; the harness allows a contributed module 300 s.
+FULL = Plan(size=datasets.Size(files=8, sessions_per_file=40),
+            warmup=datasets.Size(files=2, sessions_per_file=10), files_per_trigger=2)
+QUICK = Plan(size=datasets.Size(files=2, sessions_per_file=6), warmup=None, files_per_trigger=1)
+
+
+class Broker:
+    """The local broker of `infra/kafka` under its own WEIR_HOME, driven through its CLI."""
+
+    def __init__(self, root: Path) -> None:
+        self.env = {**os.environ, "WEIR_HOME": str(root)}
+        self.env.pop("WEIR_KAFKA_PORT", None)          # a free port: never someone else's broker
+        self.bootstrap = ""
+
+    def _run(self, *args: str, timeout_s: float = 300) -> str:
+        done = subprocess.run([sys.executable, str(BROKER), *args], env=self.env, capture_output=True,
+                              text=True, timeout=timeout_s)
+        if done.returncode != 0:
+            raise RuntimeError(f"broker {args[0]} failed: {done.stderr.strip()[-500:]}")
+        return done.stdout
+
+    def start(self) -> str:
+        self._run("install", timeout_s=600)
+        state = json.loads(self._run("start", "--json").strip().splitlines()[-1])
+        self.bootstrap = str(state["bootstrap_servers"])
+        return self.bootstrap
+
+    def stop(self) -> None:
+        subprocess.run([sys.executable, str(BROKER), "stop"], env=self.env, capture_output=True,
+                       timeout=120, check=False)
+
+
+def publish(bootstrap: str, topic: str, dataset: datasets.Dataset) -> dict[str, Any]:
+    """Publish every line of the dataset to a fresh `topic` (idempotent producer, as `weir
+    produce`); the broker's end offsets must add up to the dataset's lines."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from spark_jobs import kafka
+
+    conn = kafka.KafkaConnection(bootstrap)
+    kafka.ensure_topic(conn, topic, PARTITIONS)
     started = time.monotonic()
-    query = stream.start_query(spark, pipeline, home, tables, "ingest", once=True)
+    records = 0
+    for path in sorted(Path(dataset.path).iterdir()):
+        records += kafka.produce_lines(conn, topic, kafka.landing_lines(path)).messages
+    seconds = time.monotonic() - started
+    consumer = Consumer({**conn.client_config(), "group.id": f"weir-bench-{os.getpid()}"})
+    try:
+        held = sum(high - low for low, high in (
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30) for p in range(PARTITIONS)))
+    finally:
+        consumer.close()
+    if records != dataset.lines or held != dataset.lines:
+        raise RuntimeError(f"{topic}: {records} records delivered, {held} held, "
+                           f"{dataset.lines} lines expected")
+    return {"records": records, "seconds": round(seconds, 2), "records_per_s": round(records / seconds, 1)}
+
+
+def kafka_pipeline(bootstrap: str, topic: str, max_offsets: int) -> Pipeline:
+    from spark_jobs import catalog
+    from spark_jobs.catalog import KafkaSource
+
+    return dataclasses.replace(catalog.load("playback_kafka"), source=KafkaSource(
+        topic=topic, bootstrap_servers=bootstrap, starting_offsets="earliest",
+        max_offsets_per_trigger=max_offsets, partitions=PARTITIONS))
+
+
+def ingest(spark: SparkSession, pipeline: Pipeline, home: WeirHome, dataset: datasets.Dataset,
+           *, landing: bool) -> dict[str, Any]:
+    """Run `pipeline`'s ingest query over everything available in a fresh `home`; time it and
+    check its layers against the dataset."""
+    from pyspark.sql import functions as F
+
+    from bench.workloads import progress_span
+    from spark_jobs.layers import ensure_tables
+    from spark_jobs.stream import start_query
+
+    shutil.rmtree(home.root, ignore_errors=True)
+    home.root.mkdir(parents=True)
+    tables = ensure_tables(spark, home, pipeline)
+    if landing:
+        datasets.link_into(dataset, home.landing(pipeline.name))
+    started = time.monotonic()
+    query = start_query(spark, pipeline, home, tables, "ingest", once=True)
     query.awaitTermination()
     seconds = time.monotonic() - started
     if query.exception() is not None:
         raise RuntimeError(f"{pipeline.name} ingest failed: {query.exception()}")
+    span = progress_span(query)
     read = spark.read.format("delta")
     bronze = read.load(str(tables.bronze)).count()
-    silver = read.load(str(tables.silver)).count()
-    return {"seconds": round(seconds, 2), "records": bronze, "silver_events": silver,
-            "records_per_s": round(bronze / seconds, 1), "events_per_s": round(silver / seconds, 1)}
+    silver = read.load(str(tables.silver))
+    silver_rows = silver.count()
+    silver_distinct = silver.select(F.countDistinct("event_id")).first()[0]  # type: ignore[index]
+    exact = bronze == dataset.lines and silver_rows == silver_distinct == dataset.valid_events
+    if not exact:
+        raise RuntimeError(f"{pipeline.name}: bronze {bronze} (expected {dataset.lines}), silver "
+                           f"{silver_rows} rows / {silver_distinct} distinct "
+                           f"(expected {dataset.valid_events})")
+    sustained_s = span.get("span_s") or seconds
+    return {"seconds": round(seconds, 2), "sustained_s": round(sustained_s, 2),
+            "batches": span.get("batches"), "bronze_rows": bronze, "silver_rows": silver_rows,
+            "silver_distinct": silver_distinct, "exactly_once": exact,
+            "events_per_s": round(dataset.lines / sustained_s, 1),
+            "wall_events_per_s": round(dataset.lines / seconds, 1),
+            "silver_rows_per_s": round(silver_rows / sustained_s, 1)}
+
+
+def measure(*, quick: bool = False, workdir: Path) -> dict[str, Any]:
+    """Kafka → silver and landing folder → silver on the same data in one Spark session; the
+    Kafka rate is `events_per_s`, the landing folder's and their ratio beside it."""
+    from bench.workloads import SESSION_CONF, playback
+    from spark_jobs.session import build_session
+
+    plan = QUICK if quick else FULL
+    workdir = workdir.absolute()
+    shutil.rmtree(workdir / "kafka-bench", ignore_errors=True)
+    root = workdir / "kafka-bench"
+    data = datasets.make(root / "data", "kafka", plan.size, seed=17)
+    warm = datasets.make(root / "data", "kafka-warmup", plan.warmup, seed=5) if plan.warmup else None
+    # As many lines per Kafka batch as the landing folder's batches hold, plus one per partition:
+    # Spark splits the limit across partitions rounding down, which would add a tail batch.
+    lines_per_batch = math.ceil(data.lines / math.ceil(data.files / plan.files_per_trigger)) + PARTITIONS
+    files_pipeline = playback(plan.files_per_trigger)
+    broker = Broker(root / "broker")
+    spark = None
+    try:
+        bootstrap = broker.start()
+        produced = publish(bootstrap, TOPIC, data)
+        kafka_p = kafka_pipeline(bootstrap, TOPIC, lines_per_batch)
+        spark = build_session("weir-bench-kafka", master=MASTER, conf={
+            **SESSION_CONF, "spark.sql.shuffle.partitions": str(files_pipeline.shuffle_partitions)})
+        if warm is not None:
+            publish(bootstrap, f"{TOPIC}-warmup", warm)
+            warm_kafka = kafka_pipeline(bootstrap, f"{TOPIC}-warmup", lines_per_batch)
+            ingest(spark, files_pipeline, WeirHome(root / "warmup-files"), warm, landing=True)
+            ingest(spark, warm_kafka, WeirHome(root / "warmup-kafka"), warm, landing=False)
+        files = ingest(spark, files_pipeline, WeirHome(root / "files"), data, landing=True)
+        log.info("landing folder → silver: %.0f events/s", files["events_per_s"])
+        from_kafka = ingest(spark, kafka_p, WeirHome(root / "kafka"), data, landing=False)
+        log.info("Kafka → silver: %.0f events/s", from_kafka["events_per_s"])
+    finally:
+        if spark is not None:
+            spark.stop()
+        broker.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    return {
+        "quick": quick,
+        "events_per_s": from_kafka["events_per_s"],
+        "landing_files_events_per_s": files["events_per_s"],
+        "kafka_vs_files": round(from_kafka["events_per_s"] / files["events_per_s"], 3),
+        "wall_kafka_vs_files": round(from_kafka["wall_events_per_s"] / files["wall_events_per_s"], 3),
+        "kafka": from_kafka,
+        "landing_files": files,
+        "produce": produced,
+        "dataset": {"lines": data.lines, "files": data.files, "valid_events": data.valid_events,
+                    "mb": round(data.bytes / 1e6, 2)},
+        "batching": {"files_per_trigger": plan.files_per_trigger, "max_offsets_per_trigger": lines_per_batch,
+                     "partitions": PARTITIONS},
+        "master": MASTER,
+        "warmup": warm is not None,
+        "order": ["landing_files", "kafka"],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench.kafka_throughput", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--files", type=int, default=8)
-    parser.add_argument("--sessions-per-file", type=int, default=60)
-    parser.add_argument("--max-offsets", type=int, default=0,
-                        help="maxOffsetsPerTrigger of the Kafka source (0: one batch for all)")
-    parser.add_argument("--master", default=os.environ.get("WEIR_SPARK_MASTER", "local[2]"))
+    parser.add_argument("--quick", action="store_true", help="a few hundred lines, no warm-up (a smoke)")
+    parser.add_argument("--workdir", type=Path, help="where data, broker and homes go (default: a temp dir)")
+    parser.add_argument("--out", type=Path, help="also write the result as JSON to this file")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
-
-    from spark_jobs.session import build_session
-
-    work = Path(tempfile.mkdtemp(prefix="weir-bench-kafka-"))
-    broker_env = {**os.environ, "WEIR_HOME": str(work / "broker")}
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="weir-bench-kafka-"))
     try:
-        feed = generate(work / "feed", files=args.files, sessions_per_file=args.sessions_per_file, seed=7)
-        subprocess.run([sys.executable, str(BROKER), "install"], env=broker_env, check=True)
-        started = subprocess.run([sys.executable, str(BROKER), "start", "--json"], env=broker_env,
-                                 check=True, capture_output=True, text=True)
-        bootstrap = json.loads(started.stdout.strip().splitlines()[-1])["bootstrap_servers"]
-
-        files_pipeline = catalog.load("playback")
-        kafka_pipeline = dataclasses.replace(
-            catalog.load("playback_kafka"),
-            source=KafkaSource(topic="bench", bootstrap_servers=bootstrap,
-                               max_offsets_per_trigger=args.max_offsets or None, partitions=3))
-        conn = kafka.connection(kafka_pipeline.source, env={})  # type: ignore[arg-type]
-        kafka.ensure_topic(conn, "bench", 3)
-        t0 = time.monotonic()
-        produced = kafka.Produced()
-        for path in feed.files:
-            produced.messages += kafka.produce_lines(conn, "bench", kafka.landing_lines(path)).messages
-        produce_s = time.monotonic() - t0
-
-        files_home, kafka_home = WeirHome(work / "files"), WeirHome(work / "kafka")
-        landing = files_home.landing("playback")
-        landing.mkdir(parents=True)
-        for path in feed.files:
-            shutil.copy(path, landing / path.name)
-
-        spark = build_session("weir-bench-kafka", master=args.master,
-                              conf={"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false"})
-        results = {
-            "dataset": {"lines": feed.lines, "files": len(feed.files), "valid_events": len(feed.event_ids),
-                        "bytes": sum(f.stat().st_size for f in feed.files)},
-            "master": args.master,
-            "produce": {"records": produced.messages, "seconds": round(produce_s, 2),
-                        "records_per_s": round(produced.messages / produce_s, 1)},
-            "landing_files": ingest(spark, files_pipeline, files_home),
-            "kafka": ingest(spark, kafka_pipeline, kafka_home),
-            "max_offsets_per_trigger": args.max_offsets or None,
-        }
-        spark.stop()
+        result = measure(quick=args.quick, workdir=workdir)
     finally:
-        subprocess.run([sys.executable, str(BROKER), "stop"], env=broker_env, check=False)
-        shutil.rmtree(work, ignore_errors=True)
-
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"dataset: {feed.lines} lines ({len(feed.event_ids)} valid events) in {len(feed.files)} files, "
-          f"master {args.master}")
-    print(f"produce to Kafka: {results['produce']['records_per_s']:>10.1f} records/s")
-    for name in ("landing_files", "kafka"):
-        r = results[name]
-        print(f"{name:>14} → silver: {r['records_per_s']:>8.1f} records/s, {r['events_per_s']:>8.1f} "
-              f"events/s ({r['records']} records, {r['silver_events']} events in {r['seconds']}s)")
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    d, k, f = result["dataset"], result["kafka"], result["landing_files"]
+    print(f"{d['lines']} lines ({d['valid_events']} valid events), {result['master']}, "
+          f"{result['batching']['max_offsets_per_trigger']} lines per batch")
+    for name, r in (("Kafka", k), ("landing folder", f)):
+        print(f"{name:>14} → silver: {r['events_per_s']:>8.1f} events/s sustained, "
+              f"{r['wall_events_per_s']:>8.1f} with start-up ({r['batches']} batches, {r['seconds']}s)")
+    print(f"Kafka / landing folder: {result['kafka_vs_files']}x")
     return 0
 
 

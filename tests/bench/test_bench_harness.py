@@ -120,3 +120,24 @@ def test_quick_run_measures_the_ceiling_and_writes_its_record(tmp_path: Path) ->
     assert (tmp_path / record.name.replace(".json", ".md")).read_text().startswith("# Weir benchmark")
     assert not list(tmp_path.glob("tmp/run-*/homes")), "measurement homes are removed after the run"
     assert list(tmp_path.glob("tmp/run-*/worker-*.log")), "worker logs are kept"
+
+
+@pytest.mark.slow
+@pytest.mark.kafka
+def test_kafka_throughput_quick_through_the_harness_contract(tmp_path: Path) -> None:
+    """`measure(quick=True)` in a fresh process, as the suite runs it: both sources exactly once
+    on the same data, Kafka's rate as the headline, and its own broker stopped afterwards."""
+    done = contributed.run_contributed("kafka", tmp_path, quick=True, timeout_s=600)
+    assert "not_measured" not in done, done
+    result = done["result"]
+    assert done["events_per_s"] == result["events_per_s"] > 0
+    assert result["landing_files_events_per_s"] > 0
+    assert result["kafka_vs_files"] == pytest.approx(
+        result["events_per_s"] / result["landing_files_events_per_s"], rel=0.01)
+    lines, valid = result["dataset"]["lines"], result["dataset"]["valid_events"]
+    for source in ("kafka", "landing_files"):
+        r = result[source]
+        assert r["bronze_rows"] == lines and r["silver_rows"] == r["silver_distinct"] == valid, r
+    assert not (tmp_path / "kafka-bench").exists(), "the broker's data and the homes are removed"
+    brokers = subprocess.run(["pgrep", "-f", f"kafka.Kafka {tmp_path}"], capture_output=True, text=True)
+    assert not brokers.stdout.strip(), f"a broker of this run is still up: {brokers.stdout}"
