@@ -1,0 +1,271 @@
+"""A real Airflow for tests: scheduler, dag-processor, triggerer and the execution API server as
+separate processes on SQLite + LocalExecutor (the settings of infra/airflow/airflow.env), with a
+throw-away AIRFLOW_HOME and WEIR_HOME. Each component runs in its own process group, so a test can
+SIGKILL one of them as a crash would, start it again, and tear everything down without orphans.
+Its metadata DB is read directly (sqlite3) to follow DAG runs, task instances and triggers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spark_jobs.home import REPO_ROOT, WeirHome
+from tests.airflow.supervision_harness import DRIVER_CONF, LOCAL_MASTER
+
+VENV_BIN = Path(sys.executable).parent
+AIRFLOW = VENV_BIN / "airflow"
+AIRFLOW_ENV = REPO_ROOT / "infra" / "airflow" / "airflow.env"
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+STREAM_ENTRY = str(REPO_ROOT / "spark_jobs" / "stream.py")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def airflow_env_file(airflow_home: Path) -> dict[str, str]:
+    """The variables infra/airflow/airflow.env exports, for this AIRFLOW_HOME (sourced by bash, so
+    the file stays the one place that says how the embedded Airflow is configured)."""
+    script = 'set -a; source "$1"; env -0'
+    out = subprocess.run(["bash", "-c", script, "bash", str(AIRFLOW_ENV)], capture_output=True, check=True,
+                         env={"REPO": str(REPO_ROOT), "AIRFLOW_HOME": str(airflow_home),
+                              "PATH": os.environ.get("PATH", "")})
+    pairs = (item.split("=", 1) for item in out.stdout.decode().split("\0") if "=" in item)
+    return {k: v for k, v in pairs if k.startswith("AIRFLOW__")}
+
+
+def spark_conf_dir(folder: Path) -> Path:
+    """A SPARK_CONF_DIR whose spark-defaults.conf keeps every Spark job Airflow starts small
+    (spark-submit and in-task sessions read it; the connection `spark_default` sets the master)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in DRIVER_CONF.items()))
+    # The conf dir replaces pyspark's: keep the project's quiet log configuration with it.
+    shutil.copyfile(REPO_ROOT / "infra" / "spark" / "log4j2.properties", folder / "log4j2.properties")
+    return folder
+
+
+@dataclass
+class AirflowServices:
+    airflow_home: Path
+    home: WeirHome
+    port: int = field(default_factory=free_port)
+    log_ports: tuple[int, int] = field(default_factory=lambda: (free_port(), free_port()))
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+        env.update(airflow_env_file(self.airflow_home))
+        env.update({
+            "AIRFLOW_HOME": str(self.airflow_home),
+            "WEIR_HOME": str(self.home.root),
+            "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "plugins"), str(REPO_ROOT)]),
+            "PATH": os.pathsep.join([str(VENV_BIN), os.environ.get("PATH", "")]),
+            "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "SPARK_CONF_DIR": str(spark_conf_dir(self.airflow_home / "spark-conf")),
+            "WEIR_SPARK_MASTER": "local[2]",
+            "AIRFLOW_CONN_SPARK_DEFAULT": LOCAL_MASTER,
+            "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{self.port}",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.port}/execution/",
+            "AIRFLOW__API_AUTH__JWT_SECRET": "weir-airflow-services-test",
+            # Log servers off the default ports, which another Airflow on this machine may hold.
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self.log_ports[0]),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(self.log_ports[1]),
+            # Only runs the tests ask for: no scheduled runs of the unpaused @daily/@hourly DAGs.
+            "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
+            # A restarted triggerer takes over the triggers of a dead one after this many seconds.
+            "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",
+            "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
+        })
+        return env
+
+    @property
+    def db_path(self) -> Path:
+        return self.airflow_home / "airflow.db"
+
+    def log_path(self, component: str) -> Path:
+        return self.airflow_home / "logs" / f"{component}.log"
+
+    # -- processes --------------------------------------------------------------------------
+    def migrate(self) -> None:
+        self.airflow_home.mkdir(parents=True, exist_ok=True)
+        self.cli("db", "migrate", timeout_s=300)
+
+    def start(self, *components: str) -> None:
+        env = self.env
+        for component in components or COMPONENTS:
+            args = [str(AIRFLOW), component]
+            if component == "api-server":   # tasks report through the execution API only
+                args += ["--apps", "execution", "--host", "127.0.0.1", "--port", str(self.port),
+                         "--workers", "1"]
+            self.log_path(component).parent.mkdir(parents=True, exist_ok=True)
+            with open(self.log_path(component), "ab") as out:
+                self.procs[component] = subprocess.Popen(
+                    args, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    cwd=str(self.airflow_home), start_new_session=True)
+
+    def kill(self, *components: str, sig: signal.Signals = signal.SIGKILL, wait_s: float = 30.0) -> None:
+        """Signal each component's whole process group (its workers and runners too) and reap it."""
+        for component in components:
+            proc = self.procs.get(component)
+            if proc is None:
+                continue
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(wait_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+    def stop_all(self) -> None:
+        """SIGTERM every component group, then SIGKILL whatever is left of any of them."""
+        started = [c for c in COMPONENTS if c in self.procs]
+        self.kill(*started, sig=signal.SIGTERM, wait_s=20.0)
+        for component in started:
+            try:
+                os.killpg(self.procs[component].pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def alive(self, component: str) -> bool:
+        proc = self.procs.get(component)
+        return proc is not None and proc.poll() is None
+
+    def leftovers(self) -> list[str]:
+        """Every process still running with this AIRFLOW_HOME in its environment (Airflow
+        components, task runners, and the drivers they launched)."""
+        marker = f"AIRFLOW_HOME={self.airflow_home}".encode()
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                if marker in (entry / "environ").read_bytes().split(b"\0"):
+                    command = (entry / "cmdline").read_bytes().replace(b"\0", b" ")[:200]
+                    found.append(f"{entry.name}: {command!r}")
+            except OSError:
+                continue
+        return found
+
+    def logs_tail(self, chars: int = 3000) -> str:
+        parts = []
+        for component in COMPONENTS:
+            path = self.log_path(component)
+            if path.is_file():
+                parts.append(f"--- {component} ---\n{path.read_text(errors='replace')[-chars:]}")
+        return "\n".join(parts)
+
+    # -- the CLI and the metadata DB --------------------------------------------------------
+    def cli(self, *args: str, timeout_s: float = 180) -> str:
+        out = subprocess.run([str(AIRFLOW), *args], env=self.env, capture_output=True, text=True,
+                             timeout=timeout_s, cwd=str(self.airflow_home))
+        assert out.returncode == 0, f"airflow {' '.join(args)}: {out.stderr[-3000:]}{out.stdout[-2000:]}"
+        return out.stdout
+
+    def query(self, sql: str, *params: Any) -> list[dict[str, Any]]:
+        connection = sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=30)
+        connection.row_factory = sqlite3.Row
+        try:
+            return [dict(row) for row in connection.execute(sql, params)]
+        finally:
+            connection.close()
+
+    def dag_runs(self, dag_id: str) -> list[dict[str, Any]]:
+        return self.query("SELECT id, run_id, run_type, state, logical_date, conf, triggering_user_name "
+                          "FROM dag_run WHERE dag_id = ? ORDER BY id", dag_id)
+
+    def task_instances(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
+        rows = self.query("SELECT task_id, state, try_number, trigger_id, next_method FROM task_instance "
+                          "WHERE dag_id = ? AND run_id = ?", dag_id, run_id)
+        return {r["task_id"]: r for r in rows}
+
+    def trigger(self, trigger_id: int) -> dict[str, Any] | None:
+        rows = self.query("SELECT id, classpath, kwargs, triggerer_id FROM trigger WHERE id = ?", trigger_id)
+        return rows[0] if rows else None
+
+    def live_triggerer_ids(self, within_s: float = 10.0) -> set[int]:
+        rows = self.query("SELECT id, latest_heartbeat FROM job WHERE job_type = 'TriggererJob' AND "
+                          "state = 'running' AND end_date IS NULL")
+        now = time.time()
+        return {r["id"] for r in rows if now - _epoch(r["latest_heartbeat"]) < within_s}
+
+    def wait_parsed(self, dag_ids: list[str], timeout_s: float) -> None:
+        marks = ",".join("?" * len(dag_ids))
+
+        def parsed() -> bool:
+            if not self.db_path.is_file():
+                return False
+            try:
+                rows = self.query(f"SELECT dag_id FROM serialized_dag WHERE dag_id IN ({marks})", *dag_ids)
+            except sqlite3.OperationalError:   # tables not there yet
+                return False
+            return {r["dag_id"] for r in rows} == set(dag_ids)
+
+        self.wait_for(f"the DAGs {dag_ids} parsed", parsed, timeout_s)
+
+    def wait_for(self, what: str, predicate: Callable[[], Any], timeout_s: float, poll_s: float = 2.0) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for component, proc in self.procs.items():
+                assert proc.poll() is None, \
+                    f"airflow {component} exited ({proc.returncode})\n{self.logs_tail()}"
+            value = predicate()
+            if value:
+                return value
+            time.sleep(poll_s)
+        raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}\n{self.logs_tail()}")
+
+    def wait_runs_done(self, dag_id: str, count: int, timeout_s: float,
+                       run_type: str | None = None) -> list[dict[str, Any]]:
+        def done() -> list[dict[str, Any]] | None:
+            runs = [r for r in self.dag_runs(dag_id) if run_type is None or r["run_type"] == run_type]
+            finished = [r for r in runs if r["state"] in ("success", "failed")]
+            return runs if len(runs) >= count and len(finished) == len(runs) else None
+
+        return self.wait_for(f"{count} finished run(s) of {dag_id}", done, timeout_s)
+
+
+def _epoch(text: str) -> float:
+    import datetime as dt
+
+    moment = dt.datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return moment.timestamp()
+
+
+def driver_processes(home: WeirHome, pipeline: str) -> dict[str, list[int]]:
+    """The pids of every running stream driver of `pipeline` on `home`, by kind: the Python
+    driver and the spark-submit JVM that runs it."""
+    marker = f"WEIR_HOME={home.root}".encode()
+    found: dict[str, list[int]] = {"python": [], "jvm": []}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            if STREAM_ENTRY not in argv or pipeline not in argv[argv.index(STREAM_ENTRY) + 1:]:
+                continue
+            if marker not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+        except OSError:
+            continue
+        kind = "jvm" if any("SparkSubmit" in a for a in argv) else "python"
+        found[kind].append(int(entry.name))
+    return found
