@@ -24,6 +24,10 @@ BASE_CONF = {
     "spark.databricks.delta.schema.autoMerge.enabled": "false",
     "spark.databricks.delta.retentionDurationCheck.enabled": "true",
     "spark.sql.shuffle.partitions": "4",
+    # Delta rebuilds a table's state (a Spark job) around every commit, in 50 tasks by default —
+    # sized for tables of millions of files. A stream commits small batches several times a
+    # micro-batch: a few tasks per core are plenty, and 50 cost each commit seconds on two cores.
+    "spark.databricks.delta.snapshotPartitions": str(2 * (os.cpu_count() or 2)),
     "spark.driver.extraJavaOptions": "-Duser.timezone=UTC -Dlog4j2.configurationFile="
                                      f"file:{REPO_ROOT / 'infra' / 'spark' / 'log4j2.properties'}",
     "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",

@@ -12,12 +12,15 @@ the same `run`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from spark_jobs import catalog, transforms
 from spark_jobs.control import progress
@@ -32,8 +35,10 @@ if TYPE_CHECKING:
 
     from spark_jobs.catalog import Pipeline
     from spark_jobs.control.heartbeat import DriverMonitor
+    from spark_jobs.quality.suites import RowRule
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 QUERIES = ("ingest", "gold")
 STOP_TIMEOUT_S = 60.0
 
@@ -46,10 +51,39 @@ def query_name(pipeline: Pipeline, query: str) -> str:
     return f"{pipeline.name}_{query}"
 
 
+@dataclasses.dataclass(frozen=True)
+class BatchSummary:
+    """What one aggregate over a parsed micro-batch tells before anything is written."""
+
+    sources: tuple[str, ...]
+    rejects: int
+    dates: tuple[object, ...]          # event dates of the valid rows
+    rule_counts: dict[str, int]
+
+    @classmethod
+    def of(cls, parsed: DataFrame, pipeline: Pipeline, rules: tuple[RowRule, ...]) -> BatchSummary:
+        from pyspark.sql import functions as F
+
+        valid = F.col(transforms.REASON).isNull()
+        metrics = row_rules.metrics(rules)
+        rows = parsed.groupBy("_source").agg(
+            F.count_if(~valid).alias("_rejects"),
+            F.collect_set(F.when(valid, transforms.event_date(pipeline))).alias("_dates"),
+            *metrics).collect()
+        names = [row_rules.metric_name(r) for r in rules]
+        return cls(sources=tuple(r["_source"] for r in rows),
+                   rejects=sum(r["_rejects"] for r in rows),
+                   dates=tuple({d for r in rows for d in r["_dates"]}),
+                   rule_counts={n: sum(r[n] for r in rows) for n in names})
+
+
 class IngestBatch:
-    """foreachBatch of the ingest query: bronze, then quarantine and silver, from one batch.
-    The pipeline's row-level rules (`spark_jobs.quality.rules`) route rows to quarantine or fail
-    the batch before anything is written."""
+    """foreachBatch of the ingest query: bronze, quarantine and silver from one batch.
+
+    One aggregate over the parsed batch gives its sources, rejects, event dates and row-rule
+    counts; a `fail` rule (`spark_jobs.quality.rules`) stops the batch there, before any write.
+    Each write is idempotent by record identity on its own, so bronze, quarantine and the silver
+    rows are prepared concurrently; silver commits after bronze (see below)."""
 
     def __init__(self, pipeline: Pipeline, tables: PipelineTables) -> None:
         self.pipeline = pipeline
@@ -62,25 +96,48 @@ class IngestBatch:
         batch = batch.persist()
         parsed = row_rules.with_rules(transforms.parse(batch, p), self.rules).persist()
         try:
-            sources = [row[0] for row in batch.select("source").distinct().collect()]
-            if not sources:
+            summary = BatchSummary.of(parsed, p, self.rules)
+            if not summary.sources:
                 return
-            counts = row_rules.count_and_check(parsed, self.rules, pipeline=p.name, batch_id=batch_id)
-            progress.note_batch_metrics(query_name(p, "ingest"), batch_id, counts)
-            by_source = in_list("source", sources)
-            append_new(batch, t.bronze, transforms.BRONZE_KEY, prune=by_source)
-            append_new(transforms.rejects(parsed), t.quarantine, transforms.BRONZE_KEY, prune=by_source)
-            # A MERGE source must not change its cached parts while the MERGE runs (Delta checks);
-            # a local checkpoint makes it a leaf that nothing else in the session can touch.
-            rows = transforms.silver(parsed, read_dimension(batch.sparkSession, t), p).localCheckpoint()
-            dates = [row[0] for row in rows.select("event_date").distinct().collect()]
-            if dates:
-                insert_new(rows, t.silver, (p.key,), prune=in_list("event_date", dates))
-            log.info("%s ingest batch %d: %d source(s) written in %.1fs",
-                     p.name, batch_id, len(sources), time.monotonic() - started)
+            row_rules.check(summary.rule_counts, self.rules, pipeline=p.name, batch_id=batch_id)
+            progress.note_batch_metrics(query_name(p, "ingest"), batch_id, summary.rule_counts)
+            by_source = in_list("source", summary.sources)
+            # Bronze before silver: the back-fill re-derives silver from bronze, so a silver row
+            # committed ahead of its bronze row could be erased by a back-fill reading bronze in
+            # between. Quarantine and the silver rows' preparation do not depend on bronze.
+            first = {"bronze": lambda: append_new(batch, t.bronze, transforms.BRONZE_KEY, prune=by_source)}
+            if summary.rejects:
+                first["quarantine"] = lambda: append_new(
+                    transforms.rejects(parsed), t.quarantine, transforms.BRONZE_KEY, prune=by_source)
+            if summary.dates:
+                # A MERGE source must not change its cached parts while the MERGE runs (Delta
+                # checks); a local checkpoint makes it a leaf nothing else can touch.
+                first["silver rows"] = lambda: transforms.silver(
+                    parsed, read_dimension(batch.sparkSession, t), p).localCheckpoint()
+            done = run_concurrently(first, what=f"{p.name} ingest batch {batch_id}")
+            if summary.dates:
+                insert_new(done["silver rows"], t.silver, (p.key,),
+                           prune=in_list("event_date", summary.dates))
+            log.info("%s ingest batch %d: %d source(s), %d reject(s), %d date(s) written in %.1fs",
+                     p.name, batch_id, len(summary.sources), summary.rejects, len(summary.dates),
+                     time.monotonic() - started)
         finally:
             parsed.unpersist()
             batch.unpersist()
+
+
+def run_concurrently(actions: dict[str, Callable[[], T]], *, what: str) -> dict[str, T]:
+    """Run independent Spark actions on their own threads (their jobs, Delta commits and planning
+    overlap instead of queueing) and return their results by name. The first failure is raised
+    once every action has ended, so none is left writing behind a failed batch."""
+    with ThreadPoolExecutor(max_workers=len(actions), thread_name_prefix="weir-write") as pool:
+        futures = {name: pool.submit(action) for name, action in actions.items()}
+    failed = [(name, f.exception()) for name, f in futures.items() if f.exception() is not None]
+    for name, err in failed[1:]:
+        log.error("%s: %s failed too: %s", what, name, err)
+    if failed:
+        raise failed[0][1]  # type: ignore[misc]
+    return {name: f.result() for name, f in futures.items()}
 
 
 class GoldBatch:

@@ -91,24 +91,19 @@ def in_list(column: str, values: Iterable[object]) -> str:
     return f"t.`{column}` IN ({', '.join(sql_literal(v) for v in vals)})"
 
 
-def append_new(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | None = None) -> int:
-    """Append the rows of `df` whose key is not in the table yet; returns how many. An anti-join
-    plus a blind append: several times cheaper than a MERGE, and exact as long as nobody else
-    writes the table meanwhile (the driver's lease guarantees that for bronze and quarantine)."""
+def append_new(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | None = None) -> None:
+    """Append the rows of `df` whose key is not in the table yet. An anti-join plus a blind
+    append in one job: several times cheaper than a MERGE, and exact as long as nobody else writes
+    the table meanwhile (the driver's lease guarantees that for bronze and quarantine). A replay
+    whose rows are all present commits an empty append."""
     from pyspark.sql import functions as F
 
     keys = list(key)
     existing = df.sparkSession.read.format("delta").load(str(path))
     if prune:
         existing = existing.alias("t").where(F.expr(prune))
-    fresh = df.join(existing.select(*keys), on=keys, how="left_anti").persist()
-    try:
-        count = fresh.count()
-        if count:
-            fresh.write.format("delta").mode("append").save(str(path))
-        return count
-    finally:
-        fresh.unpersist()
+    df.join(existing.select(*keys), on=keys, how="left_anti").write.format("delta").mode(
+        "append").save(str(path))
 
 
 def insert_new(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | None = None) -> None:

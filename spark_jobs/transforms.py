@@ -146,7 +146,12 @@ def derive(events: DataFrame, pipeline: Pipeline) -> DataFrame:
     out = events
     for name, expression in pipeline.derived.items():
         out = out.withColumn(name, F.expr(expression))
-    return out.withColumn("event_date", F.to_date(pipeline.event_time))
+    return out.withColumn("event_date", event_date(pipeline))
+
+
+def event_date(pipeline: Pipeline) -> Column:
+    """The UTC date of an event: silver's and gold's partition column."""
+    return F.to_date(pipeline.event_time)
 
 
 def dedupe(events: DataFrame, key: str) -> DataFrame:

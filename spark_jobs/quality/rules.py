@@ -76,14 +76,20 @@ def count_and_check(parsed: DataFrame, rules: tuple[RowRule, ...], *, pipeline: 
         return {}
     row = parsed.agg(*metrics(rules)).first()
     counts = {metric_name(r): int(row[metric_name(r)]) if row is not None else 0 for r in rules}
-    broken = [f"{r.name} ({counts[metric_name(r)]} row(s))" for r in rules
-              if r.action == "fail" and counts[metric_name(r)]]
+    check(counts, rules, pipeline=pipeline, batch_id=batch_id)
+    return counts
+
+
+def check(counts: dict[str, int], rules: tuple[RowRule, ...], *, pipeline: str, batch_id: int) -> None:
+    """Log the batch's violation `counts` (from `metrics`) and raise `RowRuleViolation` when a
+    `fail` rule is broken."""
+    broken = [f"{r.name} ({counts.get(metric_name(r), 0)} row(s))" for r in rules
+              if r.action == "fail" and counts.get(metric_name(r), 0)]
     if any(counts.values()):
         log.info("%s batch %d: row rules %s", pipeline, batch_id,
                  ", ".join(f"{k}={v}" for k, v in counts.items()))
     if broken:
         raise RowRuleViolation(f"{pipeline} batch {batch_id}: fail rule(s) broken: {', '.join(broken)}")
-    return counts
 
 
 def of(pipeline: str) -> tuple[RowRule, ...]:
