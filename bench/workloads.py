@@ -245,19 +245,21 @@ def backfill_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> 
 
 
 def ingest_profile_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
-    """Where an ingest micro-batch spends its time: the steps of `stream.IngestBatch`, timed one
-    by one on one bronze-shaped batch, next to an idempotent Delta append (txnAppId/txnVersion)
-    of the same bronze rows, the cheaper alternative to a key MERGE for bronze and quarantine."""
+    """Where an ingest micro-batch spends its time: the steps of `stream.IngestBatch` timed one by
+    one on one bronze-shaped batch (they run partly side by side in the stream; here in a row, to
+    attribute the time), then the whole `IngestBatch` on fresh tables as the stream runs it, next
+    to an idempotent Delta append (txnAppId/txnVersion) of the same rows: the cheapest write
+    there is, which a restored or reset checkpoint would defeat (see docs/performance.md)."""
     from pyspark.sql import functions as F
 
     from spark_jobs import transforms
     from spark_jobs.layers import ensure_tables, read_dimension
+    from spark_jobs.quality import rules as row_rules
     from spark_jobs.sources import bronze_columns
-    from spark_jobs.tables import in_list, insert_new
+    from spark_jobs.stream import BatchSummary, IngestBatch
+    from spark_jobs.tables import append_new, in_list, insert_new
 
     p = playback(None)
-    home = fresh_home(spec, name)
-    t = ensure_tables(spark, home, p)
     steps: dict[str, float] = {}
 
     def timed(step: str, action: Callable[[], Any]) -> Any:
@@ -269,19 +271,26 @@ def ingest_profile_once(spark: SparkSession, spec: Spec, data: Dataset, name: st
     lines = spark.read.text(data.path)
     batch = bronze_columns(lines, value=F.col("value"), source=F.col("_metadata.file_path"),
                            position=F.monotonically_increasing_id()).persist()
-    parsed = transforms.parse(batch, p).persist()
-    sources = timed("1 read batch + distinct sources (collect)",
-                    lambda: [r[0] for r in batch.select("source").distinct().collect()])
-    by_source = in_list("source", sources)
-    timed("2 bronze MERGE (insert new keys)",
-          lambda: insert_new(batch, t.bronze, transforms.BRONZE_KEY, prune=by_source))
-    timed("3 quarantine MERGE", lambda: insert_new(transforms.rejects(parsed), t.quarantine,
-                                                   transforms.BRONZE_KEY, prune=by_source))
-    rows = transforms.silver(parsed, read_dimension(spark, t), p).persist()
-    dates = timed("4 silver transforms + distinct dates (collect)",
-                  lambda: [r[0] for r in rows.select("event_date").distinct().collect()])
-    timed("5 silver MERGE", lambda: insert_new(rows, t.silver, (p.key,), prune=in_list("event_date", dates)))
-    alternative = home.root / "bench" / "bronze_append"
+    rules = row_rules.of(p.name)
+    t = ensure_tables(spark, fresh_home(spec, f"{name}-steps"), p)
+    parsed = timed("1 parse + row rules (cached)",
+                   lambda: row_rules.with_rules(transforms.parse(batch, p), rules).persist())
+    timed("1 parse + row rules (cached)", parsed.count)
+    summary = timed("2 batch summary (one aggregate)", lambda: BatchSummary.of(parsed, p, rules))
+    by_source = in_list("source", summary.sources)
+    timed("3 bronze: anti-join + append", lambda: append_new(batch, t.bronze, transforms.BRONZE_KEY,
+                                                             prune=by_source))
+    timed("4 quarantine: anti-join + append", lambda: append_new(
+        transforms.rejects(parsed), t.quarantine, transforms.BRONZE_KEY, prune=by_source))
+    rows = timed("5 silver rows (local checkpoint)", lambda: transforms.silver(
+        parsed, read_dimension(spark, t), p).localCheckpoint())
+    timed("6 silver insert-only MERGE", lambda: insert_new(
+        rows, t.silver, (p.key,), prune=in_list("event_date", summary.dates)))
+    parsed.unpersist()
+    whole = ensure_tables(spark, fresh_home(spec, f"{name}-whole"), p)
+    timed("whole IngestBatch (as the stream runs it)", lambda: IngestBatch(p, whole)(batch, 0))
+    timed("whole IngestBatch replayed (writes nothing new)", lambda: IngestBatch(p, whole)(batch, 0))
+    alternative = fresh_home(spec, f"{name}-alt").root / "bronze_append"
     timed("alt: bronze idempotent append (txnAppId/txnVersion)",
           lambda: batch.write.format("delta").mode("append").partitionBy("ingest_date")
           .option("txnAppId", "bench-bronze").option("txnVersion", 0).save(str(alternative)))
@@ -289,9 +298,11 @@ def ingest_profile_once(spark: SparkSession, spec: Spec, data: Dataset, name: st
           lambda: batch.write.format("delta").mode("append").partitionBy("ingest_date")
           .option("txnAppId", "bench-bronze").option("txnVersion", 0).save(str(alternative)))
     replayed_rows = spark.read.format("delta").load(str(alternative)).count()
-    for df in (rows, parsed, batch):
-        df.unpersist()
-    return {"steps_s": steps, "lines": data.lines, "alt_rows_after_replay": replayed_rows}
+    whole_rows = {layer: spark.read.format("delta").load(str(path)).count()
+                  for layer, path in (("bronze", whole.bronze), ("silver", whole.silver))}
+    batch.unpersist()
+    return {"steps_s": steps, "lines": data.lines, "alt_rows_after_replay": replayed_rows,
+            "whole_rows_after_replay": whole_rows}
 
 
 class LandingWriter(threading.Thread):
