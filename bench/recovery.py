@@ -3,7 +3,7 @@ the first committed micro-batch of its successor — through the real Airflow su
 inline (no `make up` needed):
 
     python -m bench.contributed recovery WORKDIR OUT [--quick]     # as `make bench` runs it
-    .venv/bin/python -m bench.recovery [--kills 3] [--workdir DIR] [--json]
+    .venv/bin/python bench/recovery.py [--kills 3] [--workdir DIR] [--json]
 
 `StreamSupervisorOperator` executes and defers with `DriverWatchTrigger`; the trigger runs as the
 triggerer runs it (rebuilt from its serialised form, in its own event loop, already watching when
@@ -42,6 +42,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+if not __package__:  # run as a script: `python bench/recovery.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from spark_jobs.home import REPO_ROOT
 
