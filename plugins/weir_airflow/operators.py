@@ -209,9 +209,10 @@ class StreamStopOperator(BaseOperator):
     """Stop the pipeline's stream at a batch boundary (forcefully after a timeout) and keep it
     stopped until it is deployed again."""
 
-    template_fields: Sequence[str] = ("pipeline", "reason")
+    # The DAG passes the timeout as a Param template: it must be rendered like the reason.
+    template_fields: Sequence[str] = ("pipeline", "reason", "graceful_timeout_s")
 
-    def __init__(self, *, pipeline: str, reason: str | None = None, graceful_timeout_s: float = 90.0,
+    def __init__(self, *, pipeline: str, reason: str | None = None, graceful_timeout_s: float | str = 90.0,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.pipeline = pipeline
@@ -225,7 +226,7 @@ class StreamStopOperator(BaseOperator):
         home = weir_home()
         actor = actor_of(context)
         outcome = stop_driver(home, self.pipeline, actor=actor, reason=self.reason or None,
-                              graceful_timeout_s=self.graceful_timeout_s)
+                              graceful_timeout_s=float(self.graceful_timeout_s))
         eventlog.record(self.pipeline, "stop", outcome.outcome, actor=actor, reason=self.reason or None,
                         details={"driver_pid": outcome.driver_pid, "seconds": round(outcome.seconds, 1)},
                         home=home)
@@ -237,7 +238,7 @@ class StreamRestartOperator(BaseOperator):
     checkpoint, and leave the pipeline ready for the next `P_stream` run (triggered downstream),
     with the reason in the event log."""
 
-    template_fields: Sequence[str] = ("pipeline", "reason", "mode", "backup_id", "reset_from")
+    template_fields: Sequence[str] = ("pipeline", "reason", "mode", "backup_id", "reset_from", "confirm")
 
     def __init__(self, *, pipeline: str, reason: str, mode: str = "restart", backup_id: str | None = None,
                  reset_from: str | None = None, confirm: bool | str = False,
