@@ -136,8 +136,8 @@ def test_kafka_throughput_quick_through_the_harness_contract(tmp_path: Path) -> 
         result["events_per_s"] / result["landing_files_events_per_s"], rel=0.01)
     lines, valid = result["dataset"]["lines"], result["dataset"]["valid_events"]
     for source in ("kafka", "landing_files"):
-        r = result[source]
-        assert r["bronze_rows"] == lines and r["silver_rows"] == r["silver_distinct"] == valid, r
+        [run] = result[source]["runs"]
+        assert run["bronze_rows"] == lines and run["silver_rows"] == run["silver_distinct"] == valid, run
     assert not (tmp_path / "kafka-bench").exists(), "the broker's data and the homes are removed"
     brokers = subprocess.run(["pgrep", "-f", f"kafka.Kafka {tmp_path}"], capture_output=True, text=True)
     assert not brokers.stdout.strip(), f"a broker of this run is still up: {brokers.stdout}"
