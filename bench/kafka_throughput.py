@@ -11,7 +11,7 @@ number of lines as `maxOffsetsPerTrigger` for Kafka. A warm-up of both on a smal
 first (JIT, class loading); then the runs go files, Kafka, Kafka, files (ABBA), so that what
 drifts during the run (JIT, the machine's load) weighs on both sources alike: one pair in a fixed
 order favoured whichever ran second (Kafka / files 1.5x with files first, 0.92x with Kafka first,
-on a loaded machine). `--quick` is one pair, no warm-up.
+on a loaded machine). `--quick` is one pair of one batch each, no warm-up.
 
 Rates count input lines ("events", as the harness does for landing → silver): `events_per_s` is
 the sustained rate (lines / span from the first batch's start to the last batch's end, query
@@ -67,7 +67,7 @@ class Plan:
 # platform_silver; the harness allows a contributed module 300 s.
 FULL = Plan(size=datasets.Size(files=8, sessions_per_file=40),
             warmup=datasets.Size(files=2, sessions_per_file=10), files_per_trigger=2)
-QUICK = Plan(size=datasets.Size(files=2, sessions_per_file=6), warmup=None, files_per_trigger=1)
+QUICK = Plan(size=datasets.Size(files=2, sessions_per_file=6), warmup=None, files_per_trigger=2)
 FILES, KAFKA = "landing_files", "kafka"
 
 
