@@ -75,6 +75,7 @@ class Kill:
     lease_at: dt.datetime
     batch_started_at: dt.datetime
     committed_at: dt.datetime
+    batch_durations_ms: dict[str, int]   # Spark's split of that batch (addBatch, walCommit, ...)
 
     def seconds(self) -> dict[str, Any]:
         def s(a: dt.datetime, b: dt.datetime) -> float:
@@ -94,6 +95,7 @@ class Kill:
             "backoff_s": self.backoff_s, "code_changed": self.code_changed,
             "victim_pid": self.victim_pid, "successor_pid": self.successor_pid,
             "successor_batch_id": self.successor_batch_id,
+            "first_batch_durations_ms": self.batch_durations_ms,
             "killed_at": self.killed_at.isoformat(timespec="milliseconds"),
         }
 
@@ -216,7 +218,8 @@ class InlineSupervision:
             detected_at=parse_time(event["detected_at"]),
             launched_at=parse_time(launch.launched_at) if launch else killed_at,
             lease_at=parse_time(successor.acquired_at), batch_started_at=batch["progress_at"],
-            committed_at=batch["progress_at"] + dt.timedelta(milliseconds=batch["batch_duration_ms"] or 0))
+            committed_at=batch["progress_at"] + dt.timedelta(milliseconds=batch["batch_duration_ms"] or 0),
+            batch_durations_ms=json.loads(batch["durations_ms"] or "{}"))
         return kill, written
 
     def stop(self) -> dict[str, Any]:
