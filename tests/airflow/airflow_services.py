@@ -63,6 +63,7 @@ class AirflowServices:
     port: int = field(default_factory=free_port)
     log_ports: tuple[int, int] = field(default_factory=lambda: (free_port(), free_port()))
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    unpaused: set[str] = field(default_factory=set)
 
     @property
     def env(self) -> dict[str, str]:
@@ -77,6 +78,9 @@ class AirflowServices:
             "SPARK_CONF_DIR": str(spark_conf_dir(self.airflow_home / "spark-conf")),
             "WEIR_SPARK_MASTER": "local[2]",
             "AIRFLOW_CONN_SPARK_DEFAULT": LOCAL_MASTER,
+            # Five processes write one SQLite file on a busy machine: wait for its lock instead
+            # of failing after SQLite's default 5 s (WAL mode, set in `migrate`, lets reads through).
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.db_path}?timeout=60",
             "AIRFLOW__API__PORT": str(self.port),
             "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{self.port}",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.port}/execution/",
@@ -103,6 +107,11 @@ class AirflowServices:
     def migrate(self) -> None:
         self.airflow_home.mkdir(parents=True, exist_ok=True)
         self.cli("db", "migrate", timeout_s=300)
+        connection = sqlite3.connect(self.db_path)
+        try:
+            assert connection.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
+        finally:
+            connection.close()
 
     def start(self, *components: str) -> None:
         env = self.env
@@ -179,9 +188,10 @@ class AirflowServices:
         return out.stdout
 
     def query(self, sql: str, *params: Any) -> list[dict[str, Any]]:
-        connection = sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=30)
+        connection = sqlite3.connect(self.db_path, timeout=30)
         connection.row_factory = sqlite3.Row
         try:
+            connection.execute("PRAGMA query_only = 1")
             return [dict(row) for row in connection.execute(sql, params)]
         finally:
             connection.close()
@@ -218,6 +228,15 @@ class AirflowServices:
             return {r["dag_id"] for r in rows} == set(dag_ids)
 
         self.wait_for(f"the DAGs {dag_ids} parsed", parsed, timeout_s)
+
+    def ready(self, dag_ids: list[str], unpause: str) -> None:
+        """Wait until `dag_ids` are parsed, then unpause the DAGs matching the regex `unpause`
+        (once)."""
+        if unpause in self.unpaused:
+            return
+        self.wait_parsed(dag_ids, 300)
+        self.cli("dags", "unpause", "--treat-dag-id-as-regex", "--yes", unpause)
+        self.unpaused.add(unpause)
 
     def wait_for(self, what: str, predicate: Callable[[], Any], timeout_s: float, poll_s: float = 2.0) -> Any:
         deadline = time.monotonic() + timeout_s

@@ -52,14 +52,16 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServic
         patch.setenv("WEIR_HOME", str(home.root))
         try:
             airflow.migrate()
-            airflow.start()
-            airflow.wait_parsed(DAGS, 300)
-            airflow.cli("dags", "unpause", "--treat-dag-id-as-regex", "--yes",
-                        f"^{P}_(stream|stop|backfill)$")
+            airflow.start()   # parses the DAGs while a test lands its data (see `ready`)
             yield airflow
         finally:
             tear_down(home, P)
             airflow.stop_all()
+
+
+def ready(services: AirflowServices) -> None:
+    """The module's DAGs parsed and unpaused."""
+    services.ready(DAGS, unpause=f"^{P}_(stream|stop|backfill)$")
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +76,18 @@ def land(services: AirflowServices, landed: Written, *, seed: int, start: dt.dat
                        start=start)
     landed.add(written)
     return written
+
+
+def run_once(spark, home: WeirHome) -> None:
+    """What `weir run playback --once` does, on the test's Spark with the catalog's shuffle
+    partitions (the stateful checkpoint pins them; the drivers Airflow deploys later use those)."""
+    pipeline = catalog.load(P)
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", str(pipeline.shuffle_partitions))
+    try:
+        stream.run(pipeline, once=True, home=home, spark=spark)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before)
 
 
 def silver_ids(spark, tables: PipelineTables) -> set[str]:
@@ -91,7 +105,7 @@ def test_airflow_backfill_repairs_silver_and_gold_one_run_per_event_date(
     tables = PipelineTables.of(home, pipeline)
     land(services, landed, seed=41, start=DAY_1, prefix="bf")
     land(services, landed, seed=42, start=DAY_2, prefix="bf")
-    stream.run(pipeline, once=True, home=home, spark=spark)   # what `weir run playback --once` does
+    run_once(spark, home)
     assert_exactly_once(table(spark, tables.silver), ["event_id"], landed.event_ids, "silver")
     gold_before = table(spark, tables.gold).collect()
     assert {str(r["event_date"]) for r in gold_before} == {"2026-11-19", "2026-11-20"}
@@ -109,6 +123,7 @@ def test_airflow_backfill_repairs_silver_and_gold_one_run_per_event_date(
     damaged = table(spark, tables.silver)
     assert damaged.count() < len(landed.event_ids) and damaged.count() > damaged.distinct().count()
 
+    ready(services)
     services.cli("backfill", "create", "--dag-id", f"{P}_backfill", "--from-date", "2026-11-19",
                  "--to-date", "2026-11-20")
     runs = services.wait_runs_done(f"{P}_backfill", 2, RUNS_S, run_type="backfill")
@@ -141,6 +156,7 @@ def test_scheduler_and_triggerer_killed_and_restarted_adopt_the_live_driver(
     # here on the test's Spark rather than in a JVM of its own inside the task.
     admit(home, pipeline, actor="test", spark=spark)
     stream_dag = f"{P}_stream"
+    ready(services)
     try:
         services.cli("dags", "trigger", stream_dag)
 

@@ -1,7 +1,8 @@
 """The batch DAGs of a pipeline run end to end with Airflow's own `DAG.test()` (a real metadata DB,
 real task runs, XCom) on real data: `P_checkpoint` inspects, validates and backs up,
-`P_checkpoint_backup` backs up and prunes, `P_maintenance` compacts silver and gold keeping their
-data, `P_dq` stores its results and fails (with an alert) when silver lost rows."""
+`P_checkpoint_backup` backs up and prunes, `P_restart` restores a backup when confirmed through
+its Param, `P_maintenance` compacts silver and gold keeping their data, `P_dq` stores its results
+and fails (with an alert) when silver lost rows."""
 
 from __future__ import annotations
 
@@ -145,6 +146,17 @@ def test_checkpoint_dags_inspect_validate_and_back_up(fed: Fed) -> None:
     logged = [(e["outcome"], e["actor"], e["reason"]) for e in events(fed.home, "checkpoint backup")]
     assert ("ok", "dag_test", "before a deploy") in logged, logged
     assert ("ok", "airflow", "periodic backup") in logged, logged
+
+    # The on-call restart from a backup (confirmed through its Param): the checkpoint is restored,
+    # the reason logged, and a new P_stream run requested.
+    restarted = run_dag(f"{P}_restart", run_conf={"reason": "INC-7: bad offsets", "mode": "restore_backup",
+                                                  "backup_id": backup_id, "confirm": True})
+    assert restarted.state == "success", task_states(restarted)
+    assert returned(restarted, "restart")["checkpoint"]["plan"], returned(restarted, "restart")
+    restores = [(e["outcome"], e["reason"]) for e in events(fed.home, "checkpoint restore")]
+    assert ("ok", "INC-7: bad offsets") in restores, restores
+    [requested] = [e for e in events(fed.home, "restart") if e["outcome"] == "requested"]
+    assert (requested["reason"], requested["details"]["mode"]) == ("INC-7: bad offsets", "restore_backup")
 
 
 def test_maintenance_dag_compacts_silver_and_gold_keeping_their_data(fed: Fed, spark) -> None:
