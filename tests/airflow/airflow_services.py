@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +66,9 @@ class AirflowServices:
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     unpaused: set[str] = field(default_factory=set)
 
-    @property
+    @cached_property
     def env(self) -> dict[str, str]:
+        """The environment of every Airflow process and CLI call of these services."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
         env.update(airflow_env_file(self.airflow_home))
         env.update({

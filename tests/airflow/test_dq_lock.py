@@ -1,0 +1,40 @@
+"""DQ runs started by Airflow tasks take turns: two at once (the runs of one Airflow back-fill end
+together) replaced each other's Great Expectations suites in `WEIR_HOME/dq`, and one failed with
+"ExpectationSuite ... not found". Here two real processes contend for the lock `dq_check` holds."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.airflow
+REPO = Path(__file__).resolve().parents[2]
+HOLD = r"""
+import json, sys, time
+from pathlib import Path
+from spark_jobs.home import WeirHome
+from weir_airflow.tasks import one_dq_run_at_a_time
+with one_dq_run_at_a_time(WeirHome(Path(sys.argv[1]))):
+    began = time.time()
+    time.sleep(1.0)
+    ended = time.time()
+print(json.dumps([began, ended]))
+"""
+
+
+def test_two_dq_runs_take_turns(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), str(REPO)])}
+    runs = [subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    spans = []
+    for run in runs:
+        out, err = run.communicate(timeout=120)
+        assert run.returncode == 0, err[-2000:]
+        spans.append(json.loads(out.strip().splitlines()[-1]))
+    first, second = sorted(spans)
+    assert second[0] >= first[1], f"the two runs overlapped: {spans}"
