@@ -215,12 +215,20 @@ def run(pipeline: Pipeline, *, once: bool = False, home: WeirHome | None = None,
 
     home = home or WeirHome.from_env()
     stop = stop or threading.Event()
+    shuffle = {"spark.sql.shuffle.partitions": str(pipeline.shuffle_partitions)}
     with leases.acquire(home, pipeline.name) as lease:
-        spark = spark or build_session(
-            f"weir-{pipeline.name}",
-            conf={"spark.sql.shuffle.partitions": str(pipeline.shuffle_partitions)})
-        with DriverMonitor(spark, home, lease, stop) as monitor:
-            _run_queries(spark, pipeline, home, once=once, stop=stop, monitor=monitor)
+        spark = spark or build_session(f"weir-{pipeline.name}", conf=shuffle)
+        # A stateful query pins its shuffle partitions in the checkpoint: a session passed in
+        # (tests, benchmarks) runs with the pipeline's own, as a deployed driver does.
+        before = {key: spark.conf.get(key) for key in shuffle}
+        try:
+            for key, value in shuffle.items():
+                spark.conf.set(key, value)
+            with DriverMonitor(spark, home, lease, stop) as monitor:
+                _run_queries(spark, pipeline, home, once=once, stop=stop, monitor=monitor)
+        finally:
+            for key, value in before.items():
+                spark.conf.set(key, value)
 
 
 def _run_queries(spark: SparkSession, pipeline: Pipeline, home: WeirHome, *, once: bool,

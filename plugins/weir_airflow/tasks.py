@@ -4,14 +4,10 @@ them by name; every heavy import happens here, at run time."""
 from __future__ import annotations
 
 import datetime as dt
-import fcntl
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from spark_jobs.control.driver import REPO_ROOT
-from spark_jobs.home import WeirHome
 
 log = logging.getLogger(__name__)
 CLI_ENTRY = REPO_ROOT / "spark_jobs" / "cli.py"
@@ -46,30 +42,15 @@ def backfill_date(pipeline: str, day: str, actor: str = "airflow") -> dict[str, 
     return {"pipeline": pipeline, "date": day}
 
 
-@contextmanager
-def one_dq_run_at_a_time(home: WeirHome) -> Iterator[None]:
-    """Hold the DQ lock of `home` (an exclusive `flock`, waiting for it). Great Expectations'
-    suite store under `WEIR_HOME/dq` is not safe for concurrent writers: two DQ runs at once (the
-    runs of one Airflow back-fill, or `P_dq` beside them) replace each other's suites, and one
-    fails with "ExpectationSuite ... not found"."""
-    home.dq.mkdir(parents=True, exist_ok=True)
-    with open(home.dq / ".run.lock", "a") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-
-
 def dq_check(pipeline: str, date_from: str | None, date_to: str | None) -> dict[str, Any]:
-    """Run the pipeline's expectations over a range of event dates, one DQ run at a time; fail
-    (and alert) when they do not hold. The DQ runner writes its own event-log entry."""
+    """Run the pipeline's expectations over a range of event dates (DQ runs take turns, see
+    `run_dq`); fail (and alert) when they do not hold. The DQ runner writes its own event-log
+    entry."""
     from spark_jobs.quality import run_dq
 
     first = dt.date.fromisoformat(date_from) if date_from else None
     last = dt.date.fromisoformat(date_to) if date_to else None
-    with one_dq_run_at_a_time(WeirHome.from_env()):
-        report = run_dq(pipeline, date_from=first, date_to=last)
+    report = run_dq(pipeline, date_from=first, date_to=last)
     log.info("%s DQ %s..%s: %s; Data Docs: %s", pipeline, first, last,
              "passed" if report.success else f"FAILED {report.failed}", report.docs_path)
     if not report.success:

@@ -14,8 +14,11 @@ whole-dataframe asset per table), never re-read by Great Expectations itself.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +52,20 @@ def _filesystem_store(class_name: str, directory: Path) -> dict[str, Any]:
 
 def _in_memory_store(class_name: str) -> dict[str, Any]:
     return {"class_name": class_name, "store_backend": {"class_name": "InMemoryStoreBackend"}}
+
+
+@contextlib.contextmanager
+def exclusive(home: WeirHome) -> Iterator[None]:
+    """Hold the DQ lock of `home` (an exclusive `flock` on `dq/.run.lock`, waiting for it): two DQ
+    runs at once replace each other's suites in the store, and one fails with "ExpectationSuite
+    ... not found". The kernel releases the lock when its holder dies."""
+    home.dq.mkdir(parents=True, exist_ok=True)
+    with open(home.dq / ".run.lock", "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
 
 def context_for(home: WeirHome) -> AbstractDataContext:

@@ -76,38 +76,41 @@ def run_dq(pipeline: str, date_from: dt.date | None = None, date_to: dt.date | N
     frames = {layer: _frame(spark, tables, entry, layer,
                             suite.for_layer(layer, stream_running=stream_running), date_from, date_to)
               for layer in suites.LAYERS}
-    try:
-        phase = time.monotonic()
-        parameters = _parameters(spark, entry, suite, tables, date_from, date_to, now, stream_running)
-        log.info("%s dq run %s: parameters in %.1fs", pipeline, run_id, time.monotonic() - phase)
-        outcomes: list[ExpectationOutcome] = []
-        row_counts: dict[str, int] = {}
-        from spark_jobs.quality import gx_context
+    from spark_jobs.quality import gx_context
 
-        context = gx_context.context_for(home)
-        identifiers: list[Any] = []
-        for layer in suites.LAYERS:
-            specs = suite.for_layer(layer, stream_running=stream_running)
-            if not specs:
-                continue
-            table = _table_label(entry, layer)
-            frame = frames[layer]
+    # Great Expectations' stores under WEIR_HOME/dq are not safe for concurrent writers: DQ runs
+    # (the runs of one Airflow back-fill, P_dq, `weir dq`) take turns.
+    with gx_context.exclusive(home):
+        try:
             phase = time.monotonic()
-            row_counts[table] = frame.count()   # also materialises the cache before GE starts
-            loaded = time.monotonic()
-            result, identifier = _validate(context, pipeline, table, specs, frame, parameters, run_id,
-                                           run_time)
-            log.info("%s dq run %s: %s read and cached in %.1fs (%d rows), validated in %.1fs",
-                     pipeline, run_id, table, loaded - phase, row_counts[table],
-                     time.monotonic() - loaded)
-            identifiers.append(identifier)
-            outcomes += _outcomes(table, specs, result)
-    finally:
-        for frame in frames.values():
-            frame.unpersist()
-    phase = time.monotonic()
-    docs = gx_context.build_docs(home, identifiers)
-    log.info("%s dq run %s: Data Docs in %.1fs", pipeline, run_id, time.monotonic() - phase)
+            parameters = _parameters(spark, entry, suite, tables, date_from, date_to, now, stream_running)
+            log.info("%s dq run %s: parameters in %.1fs", pipeline, run_id, time.monotonic() - phase)
+            outcomes: list[ExpectationOutcome] = []
+            row_counts: dict[str, int] = {}
+            context = gx_context.context_for(home)
+            identifiers: list[Any] = []
+            for layer in suites.LAYERS:
+                specs = suite.for_layer(layer, stream_running=stream_running)
+                if not specs:
+                    continue
+                table = _table_label(entry, layer)
+                frame = frames[layer]
+                phase = time.monotonic()
+                row_counts[table] = frame.count()   # also materialises the cache before GE starts
+                loaded = time.monotonic()
+                result, identifier = _validate(context, pipeline, table, specs, frame, parameters, run_id,
+                                               run_time)
+                log.info("%s dq run %s: %s read and cached in %.1fs (%d rows), validated in %.1fs",
+                         pipeline, run_id, table, loaded - phase, row_counts[table],
+                         time.monotonic() - loaded)
+                identifiers.append(identifier)
+                outcomes += _outcomes(table, specs, result)
+        finally:
+            for frame in frames.values():
+                frame.unpersist()
+        phase = time.monotonic()
+        docs = gx_context.build_docs(home, identifiers)
+        log.info("%s dq run %s: Data Docs in %.1fs", pipeline, run_id, time.monotonic() - phase)
     report = DqReport(run_id=run_id, pipeline=pipeline, run_time=run_time, date_from=date_from,
                       date_to=date_to, outcomes=tuple(outcomes), docs_path=docs,
                       stream_running=stream_running, duration_s=time.monotonic() - started,

@@ -10,7 +10,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "plugins"))
-os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="weir-airflow-test-"))
+# Always a throw-away one: never migrate or write a developer's exported AIRFLOW_HOME.
+os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="weir-airflow-test-")
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(REPO / "dags"))
 os.environ.setdefault("AIRFLOW__CORE__PLUGINS_FOLDER", str(REPO / "plugins"))

@@ -79,15 +79,8 @@ def land(services: AirflowServices, landed: Written, *, seed: int, start: dt.dat
 
 
 def run_once(spark, home: WeirHome) -> None:
-    """What `weir run playback --once` does, on the test's Spark with the catalog's shuffle
-    partitions (the stateful checkpoint pins them; the drivers Airflow deploys later use those)."""
-    pipeline = catalog.load(P)
-    before = spark.conf.get("spark.sql.shuffle.partitions")
-    spark.conf.set("spark.sql.shuffle.partitions", str(pipeline.shuffle_partitions))
-    try:
-        stream.run(pipeline, once=True, home=home, spark=spark)
-    finally:
-        spark.conf.set("spark.sql.shuffle.partitions", before)
+    """What `weir run playback --once` does, on the test's Spark."""
+    stream.run(catalog.load(P), once=True, home=home, spark=spark)
 
 
 def silver_ids(spark, tables: PipelineTables) -> set[str]:

@@ -1,6 +1,7 @@
-"""DQ runs started by Airflow tasks take turns: two at once (the runs of one Airflow back-fill end
-together) replaced each other's Great Expectations suites in `WEIR_HOME/dq`, and one failed with
-"ExpectationSuite ... not found". Here two real processes contend for the lock `dq_check` holds."""
+"""DQ runs take turns: two at once (the runs of one Airflow back-fill end together, or `weir dq`
+beside `P_dq`) replaced each other's Great Expectations suites in `WEIR_HOME/dq`, and one failed
+with "ExpectationSuite ... not found". Here two real processes contend for the lock `run_dq`
+holds."""
 
 from __future__ import annotations
 
@@ -10,16 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.airflow
 REPO = Path(__file__).resolve().parents[2]
 HOLD = r"""
 import json, sys, time
 from pathlib import Path
 from spark_jobs.home import WeirHome
-from weir_airflow.tasks import one_dq_run_at_a_time
-with one_dq_run_at_a_time(WeirHome(Path(sys.argv[1]))):
+from spark_jobs.quality.gx_context import exclusive
+with exclusive(WeirHome(Path(sys.argv[1]))):
     began = time.time()
     time.sleep(1.0)
     ended = time.time()
@@ -28,7 +26,7 @@ print(json.dumps([began, ended]))
 
 
 def test_two_dq_runs_take_turns(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), str(REPO)])}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     runs = [subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
     spans = []
