@@ -58,8 +58,16 @@ def read(path: Path, *, equals: dict[str, str] | None = None) -> list[dict[str, 
         table = DeltaTable(str(path))
     except TableNotFoundError:
         return []
-    filters = [(column, "=", value) for column, value in (equals or {}).items()] or None
-    return table.to_pyarrow_table(filters=filters).to_pylist()
+    import pyarrow.dataset as ds
+
+    condition = None
+    for column, value in (equals or {}).items():
+        term = ds.field(column) == value
+        condition = term if condition is None else condition & term
+    # Single-threaded: a CLI (`weir status`) exits right after reading, and Arrow's scan threads
+    # still alive at interpreter exit abort the process ("terminate called without an active
+    # exception", about one exit in three with `to_pyarrow_table`). The tables are small.
+    return table.to_pyarrow_dataset().to_table(filter=condition, use_threads=False).to_pylist()
 
 
 def exists(path: Path) -> bool:
