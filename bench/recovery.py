@@ -237,14 +237,13 @@ class InlineSupervision:
 
 def exactly_once(home: Any, expected_events: set[str], expected_lines: int) -> dict[str, Any]:
     """Silver: every valid event once; bronze: every input line once (read with delta-rs, no JVM)."""
-    from deltalake import DeltaTable
 
     from spark_jobs import catalog
     from spark_jobs.layers import PipelineTables
 
     tables = PipelineTables.of(home, catalog.load(PIPELINE))
-    ids = DeltaTable(str(tables.silver)).to_pyarrow_table(columns=["event_id"]).column(0).to_pylist()
-    bronze = DeltaTable(str(tables.bronze)).to_pyarrow_table(columns=["source", "position"]).to_pylist()
+    ids = columns(tables.silver, ["event_id"]).column(0).to_pylist()
+    bronze = columns(tables.bronze, ["source", "position"]).to_pylist()
     distinct_ids = set(ids)
     bronze_keys = {(r["source"], r["position"]) for r in bronze}
     counts = {
@@ -271,11 +270,20 @@ def silver_has(home: Any, expected: set[str]) -> bool:
         table = DeltaTable(str(PipelineTables.of(home, catalog.load(PIPELINE)).silver))
     except TableNotFoundError:
         return False
-    return set(table.to_pyarrow_table(columns=["event_id"]).column(0).to_pylist()) >= expected
+    ids = table.to_pyarrow_dataset().to_table(columns=["event_id"], use_threads=False)
+    return set(ids.column(0).to_pylist()) >= expected
 
 
 def median_of(kills: list[dict[str, Any]], key: str, part: str | None = None) -> float:
     return round(statistics.median(k[part][key] if part else k[key] for k in kills), 2)
+
+
+def columns(path: Path, names: list[str]):
+    """`names` of the Delta table at `path` as an Arrow table, read single-threaded: Arrow scan
+    threads alive at interpreter exit abort the process (see `platform_tables.read`)."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(str(path)).to_pyarrow_dataset().to_table(columns=names, use_threads=False)
 
 
 def measure(*, quick: bool = False, workdir: Path, kills: int | None = None) -> dict[str, Any]:
