@@ -16,6 +16,7 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
+from spark_jobs.errors import UserError
 from spark_jobs.home import REPO_ROOT
 
 FieldType = Literal["string", "integer", "number", "timestamp"]
@@ -114,14 +115,8 @@ class Pipeline:
     def gold_table(self) -> str:
         return self.aggregation.table
 
-    def field_named(self, name: str) -> Field:
-        for f in self.fields:
-            if f.name == name:
-                return f
-        raise KeyError(name)
 
-
-class UnknownPipelineError(LookupError):
+class UnknownPipelineError(UserError, LookupError):
     pass
 
 

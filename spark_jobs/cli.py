@@ -13,13 +13,11 @@ import logging
 import os
 import sys
 
+from spark_jobs.errors import UserError
+
 COMMANDS = (
     "run", "backfill", "sql", "generate", "produce", "status", "stop", "maintain", "checkpoint", "dq",
 )
-
-
-class UserError(Exception):
-    """An error the user can act on: printed as one line, exit code 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,17 +30,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _known_errors() -> tuple[type[BaseException], ...]:
-    # Handlers raise `spark_jobs.cli.UserError`; under `python -m spark_jobs.cli` this module is
-    # `__main__`, a second copy, so the class is taken from the imported module.
-    from spark_jobs import cli
-    from spark_jobs.catalog import UnknownPipelineError
-    from spark_jobs.home import PathEscapeError
-    from spark_jobs.jars import JarsMissingError
-
-    return cli.UserError, UnknownPipelineError, PathEscapeError, JarsMissingError, FileNotFoundError
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = logging.INFO if args.verbose else logging.WARNING
@@ -51,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("WEIR_SPARK_LOG_LEVEL", "ERROR")
     try:
         return int(args.handler(args) or 0)
-    except _known_errors() as err:
+    except (UserError, FileNotFoundError) as err:
         print(f"weir {args.command}: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -6,12 +6,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from spark_jobs.errors import UserError
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_HOME = REPO_ROOT / ".weir"
 LAYERS = ("bronze", "silver", "quarantine", "gold", "dim", "platform")
 
 
-class PathEscapeError(ValueError):
+class PathEscapeError(UserError, ValueError):
     """A path that would leave WEIR_HOME (through `..` or a symbolic link)."""
 
 

@@ -12,6 +12,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from spark_jobs.errors import UserError
 from spark_jobs.home import REPO_ROOT
 
 SPARK_VERSION = "4.2.0"
@@ -31,7 +32,7 @@ CACHE = Path(os.environ.get("WEIR_JAR_CACHE", REPO_ROOT / ".cache" / "jars"))
 MANIFEST = CACHE / "jars.txt"
 
 
-class JarsMissingError(RuntimeError):
+class JarsMissingError(UserError, RuntimeError):
     pass
 
 

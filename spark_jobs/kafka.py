@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from spark_jobs.cli import UserError
+from spark_jobs import topology
+from spark_jobs.errors import UserError
 from spark_jobs.home import WeirHome
 
 if TYPE_CHECKING:
@@ -303,32 +304,6 @@ def landing_lines(path: Path) -> Iterable[str]:
                 yield line
 
 
-def _offsets(value: Any) -> dict[str, dict[str, int]]:
-    """Source offsets as `{topic: {partition: offset}}`, from JSON text or parsed JSON."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return {}
-    return value if isinstance(value, dict) else {}
-
-
-def lag_from_progress(source_progress: Mapping[str, Any]) -> dict[str, int]:
-    """Lag per partition ("topic-partition", as Kafka names it) of one Kafka source in a
-    `StreamingQueryProgress`: latest available offset minus the offset processed up to (the
-    batch's end offset). Empty for a source that is not Kafka."""
-    latest = _offsets(source_progress.get("latestOffset"))
-    end = _offsets(source_progress.get("endOffset"))
-    lag: dict[str, int] = {}
-    for topic, by_partition in latest.items():
-        if not isinstance(by_partition, dict):
-            continue
-        for partition, offset in by_partition.items():
-            done = end.get(topic, {}).get(partition, 0)
-            lag[f"{topic}-{partition}"] = max(0, int(offset) - int(done))
-    return lag
-
-
 def parse_timestamp_ms(text: str) -> int:
     """Epoch milliseconds from epoch milliseconds or an ISO-8601 time (naive means UTC)."""
     if text.isdigit():
@@ -365,10 +340,8 @@ def record_reset(home: WeirHome, pipeline: str, reset_from: str) -> Path:
 def starting_point(home: WeirHome, pipeline: Pipeline, source: KafkaSource) -> dict[str, str]:
     """Starting options for the ingest query: the recorded reset for a fresh checkpoint, else the
     catalog's. Spark ignores them once the checkpoint has offsets, so a marker is dropped then."""
-    from spark_jobs.stream import checkpoint_location
-
     marker = home.checkpoints(pipeline.name) / RESET_MARKER
-    started = any((checkpoint_location(home, pipeline, "ingest") / "offsets").glob("[0-9]*"))
+    started = topology.has_started(home, pipeline, "ingest")
     if marker.is_file():
         if started:
             marker.unlink()

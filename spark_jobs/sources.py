@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
 
+from spark_jobs import kafka
 from spark_jobs.catalog import FileSource, KafkaSource
+from spark_jobs.transforms import BRONZE_SCHEMA
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -54,8 +56,6 @@ def _kafka(spark: SparkSession, pipeline: Pipeline, home: WeirHome, source: Kafk
     """Records of the pipeline's topic; `(source, position)` is `kafka://topic/partition` and the
     offset. The brokers are checked first, so an unreachable cluster or a missing topic fails the
     start with a clear message instead of a hang (the restart policy takes it from there)."""
-    from spark_jobs import kafka
-
     conn = kafka.connection(source, home=home)
     count = kafka.partitions(conn, source.topic)
     options = kafka.source_options(home, pipeline, source, conn)
@@ -78,8 +78,6 @@ def _kafka(spark: SparkSession, pipeline: Pipeline, home: WeirHome, source: Kafk
 def bronze_columns(df: DataFrame, **columns: object) -> DataFrame:
     """Project `df` onto the bronze schema; ingest time is the micro-batch's timestamp, which
     the offset log records, so a replayed batch gets the same value."""
-    from spark_jobs.transforms import BRONZE_SCHEMA
-
     ingest_time = F.current_timestamp()
     given = {**columns, "ingest_time": ingest_time, "ingest_date": F.to_date(ingest_time)}
     out = []

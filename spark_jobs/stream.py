@@ -19,15 +19,15 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from spark_jobs import catalog, transforms
+from spark_jobs import catalog, queries, transforms
 from spark_jobs.control import progress
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables, ensure_tables, read_dimension
 from spark_jobs.quality import rules as row_rules
 from spark_jobs.tables import append_new, in_list, insert_new, upsert
+from spark_jobs.topology import QUERIES, checkpoint_location, query_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -39,16 +39,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-QUERIES = ("ingest", "gold")
 STOP_TIMEOUT_S = 60.0
-
-
-def checkpoint_location(home: WeirHome, pipeline: Pipeline, query: str) -> Path:
-    return home.checkpoints(pipeline.name) / query
-
-
-def query_name(pipeline: Pipeline, query: str) -> str:
-    return f"{pipeline.name}_{query}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,19 +149,11 @@ class GoldBatch:
 
 def start_query(spark: SparkSession, pipeline: Pipeline, home: WeirHome, tables: PipelineTables,
                 query: str, *, once: bool) -> StreamingQuery:
-    from spark_jobs.sources import read_stream
-
+    frame = queries.build(spark, pipeline, home, tables, query)
     if query == "ingest":
-        stream = read_stream(spark, pipeline, home)
-        sink = stream.writeStream.foreachBatch(IngestBatch(pipeline, tables))
-    elif query == "gold":
-        silver = (spark.readStream.format("delta").option("skipChangeCommits", "true")
-                  .load(str(tables.silver)))
-        windows = transforms.aggregate(
-            silver.withWatermark(pipeline.event_time, pipeline.aggregation.watermark), pipeline)
-        sink = windows.writeStream.outputMode("update").foreachBatch(GoldBatch(pipeline, tables))
+        sink = frame.writeStream.foreachBatch(IngestBatch(pipeline, tables))
     else:
-        raise ValueError(f"unknown query {query!r}")
+        sink = frame.writeStream.outputMode("update").foreachBatch(GoldBatch(pipeline, tables))
     sink = sink.trigger(availableNow=True) if once else sink.trigger(
         processingTime=pipeline.trigger_interval)
     # The query's thread inherits the JVM thread's active session; under PySpark's pinned threads

@@ -15,8 +15,9 @@ import shutil
 import time
 from typing import TYPE_CHECKING, Any
 
+from spark_jobs import topology
 from spark_jobs.checkpoints import backups, generations, layout
-from spark_jobs.cli import UserError
+from spark_jobs.errors import UserError
 from spark_jobs.home import WeirHome
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ def run_action(pipeline: str, action: str, *, backup_id: str | None = None,
     p = catalog.load(pipeline)
     # Refuse up front, before any copy or event, when a path the action may touch escapes.
     for path in (home.checkpoints(p.name), home.backups(p.name),
-                 *(layout.query_dir(home, p, q) for q in layout.query_names())):
+                 *(topology.checkpoint_location(home, p, q) for q in topology.QUERIES)):
         home.confine(path)
     if action in DESTRUCTIVE and not (confirm or dry_run):
         raise ConfirmationRequiredError(
@@ -112,7 +113,7 @@ def _safety_backup(home: WeirHome, p: Pipeline, action: str, actor: str, reason:
                    progress: backups.Progress | None) -> backups.Manifest | None:
     """The automatic backup of the live checkpoint before a destructive action (whole copy: the
     stream is stopped, and even a damaged checkpoint is kept as it was)."""
-    if not any(layout.query_dir(home, p, q).is_dir() for q in layout.query_names()):
+    if not topology.existing_checkpoints(home, p):
         return None
     generation = int(generations.current_generation(home, p.name).get("generation", 0))
     return backups.take_backup(home, p, kind=f"before {action}", whole=True, actor=actor,
@@ -136,9 +137,9 @@ def _validate(home: WeirHome, p: Pipeline, **_: Any) -> dict[str, Any]:
 def _backup(home: WeirHome, p: Pipeline, *, actor: str, reason: str | None, dry_run: bool,
             progress: backups.Progress | None, **_: Any) -> dict[str, Any]:
     if dry_run:
-        return {"would_copy": {q: layout.last_committed(layout.query_dir(home, p, q))
-                               for q in layout.query_names() if layout.query_dir(home, p, q).is_dir()}}
-    if not any(layout.query_dir(home, p, q).is_dir() for q in layout.query_names()):
+        return {"would_copy": {q: layout.last_committed(folder)
+                               for q, folder in topology.existing_checkpoints(home, p).items()}}
+    if not topology.existing_checkpoints(home, p):
         # Not an error: the hourly backup DAG runs before a new pipeline's first start too.
         return {"id": None, "skipped": f"{p.name} has no checkpoint yet: nothing to back up"}
     generation = int(generations.current_generation(home, p.name).get("generation", 0))
@@ -187,7 +188,7 @@ def _rewind(home: WeirHome, p: Pipeline, *, backup_id: str | None, actor: str, r
     ingest = manifest.queries.get("ingest")
     plan = {"backup": manifest.id, "ingest_batch": ingest.batch if ingest else None,
             "restore_tables": {layer: {"from": current.get(layer), "to": v} for layer, v in restores.items()},
-            "fresh_queries": [q for q in layout.query_names() if q != "ingest"]}
+            "fresh_queries": [q for q in topology.QUERIES if q != "ingest"]}
     if dry_run:
         return {"plan": plan}
     safety = _safety_backup(home, p, "rewind", actor, reason, progress)

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spark_jobs import topology
 from spark_jobs.checkpoints import layout
 
 if TYPE_CHECKING:
@@ -150,8 +151,8 @@ def take_backup(home: WeirHome, pipeline: Pipeline, *, kind: str = "manual", who
     partial = folder / f".{backup_id}.partial"
     partial.mkdir(parents=True)
     plans: dict[str, tuple[Path, int | None, list[Path]]] = {}
-    for query in layout.query_names():
-        source = layout.query_dir(home, pipeline, query)
+    for query in topology.QUERIES:
+        source = topology.checkpoint_location(home, pipeline, query)
         if not source.is_dir():
             continue
         batch = layout.last_committed(source)

@@ -19,7 +19,9 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from spark_jobs import queries, topology
 from spark_jobs.checkpoints import layout
+from spark_jobs.layers import PipelineTables
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -150,17 +152,10 @@ def current_queries(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> 
     """The streaming DataFrames the current code runs (as `stream.start_query` builds them)."""
     from delta.tables import DeltaTable
 
-    from spark_jobs import transforms
-    from spark_jobs.layers import PipelineTables
-    from spark_jobs.sources import read_stream
-
     tables = PipelineTables.of(home, pipeline)
-    out = {"ingest": read_stream(spark, pipeline, home)}
+    out = {"ingest": queries.ingest(spark, pipeline, home)}
     if DeltaTable.isDeltaTable(spark, str(tables.silver)):     # gold reads silver once it exists
-        silver = (spark.readStream.format("delta").option("skipChangeCommits", "true")
-                  .load(str(tables.silver)))
-        out["gold"] = transforms.aggregate(
-            silver.withWatermark(pipeline.event_time, pipeline.aggregation.watermark), pipeline)
+        out["gold"] = queries.gold(spark, pipeline, tables)
     return out
 
 
@@ -294,8 +289,8 @@ def compat(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> dict[str,
         queries = current_queries(spark, home, pipeline)
     except Exception as err:      # e.g. Kafka unreachable: say so rather than guess
         queries, unchecked["ingest"] = {}, f"could not build the query plan: {str(err).splitlines()[0]}"
-    for query in layout.query_names():
-        folder = layout.query_dir(home, pipeline, query)
+    for query in topology.QUERIES:
+        folder = topology.checkpoint_location(home, pipeline, query)
         if query not in queries:
             if folder.is_dir():
                 unchecked.setdefault(query, "its input table does not exist yet")

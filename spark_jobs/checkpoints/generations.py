@@ -1,6 +1,6 @@
 """Checkpoint generations: replacing a pipeline's live checkpoint as a whole.
 
-The live checkpoint stays where the stream looks for it (`stream.checkpoint_location`); a
+The live checkpoint stays where the stream looks for it (`topology.checkpoint_location`); a
 restore or a reset builds the next generation in a hidden staging folder beside it, then swaps
 each query folder in by rename, and bumps `checkpoints/<P>/generation.json`. The generation it
 replaces is kept as a backup (taken by the caller before the swap), so `prune` is the retention of
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spark_jobs import topology
 from spark_jobs.checkpoints import layout
 
 if TYPE_CHECKING:
@@ -79,8 +80,8 @@ def install(home: WeirHome, pipeline: Pipeline, staged: Path, origin: str) -> in
     replaced = home.confine(home.checkpoints(pipeline.name) / f".replaced-{uuid.uuid4().hex[:8]}")
     replaced.mkdir(parents=True)
     try:
-        for query in layout.query_names():
-            live = home.confine(layout.query_dir(home, pipeline, query))
+        for query in topology.QUERIES:
+            live = home.confine(topology.checkpoint_location(home, pipeline, query))
             if live.exists():
                 os.replace(live, replaced / query)
             if (staged / query).exists():
@@ -156,7 +157,7 @@ def stage_reset(home: WeirHome, pipeline: Pipeline, plan: ResetPlan, staged: Pat
     if plan.source != "files" or not plan.skipped_files:
         return                           # empty checkpoint: files from the start, Kafka via marker
     ingest = staged / "ingest"
-    previous = layout.query_dir(home, pipeline, "ingest")
+    previous = topology.checkpoint_location(home, pipeline, "ingest")
     found = layout.last_readable(previous / "offsets")
     conf = dict(DEFAULT_PINNED)
     conf["spark.sql.shuffle.partitions"] = str(pipeline.shuffle_partitions)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from spark_jobs import topology
 from spark_jobs.checkpoints import layout
 from spark_jobs.checkpoints.generations import current_generation
 
@@ -101,8 +102,8 @@ def _state_operators(query_dir: Path, spark: SparkSession | None) -> list[dict[s
 def inspect(home: WeirHome, pipeline: Pipeline, spark: SparkSession | None = None) -> dict[str, Any]:
     """Every query of the pipeline's live checkpoint; state rows only when `spark` is given."""
     queries = {}
-    for query in layout.query_names():
-        folder = layout.query_dir(home, pipeline, query)
+    for query in topology.QUERIES:
+        folder = topology.checkpoint_location(home, pipeline, query)
         queries[query] = inspect_query(folder, spark) if folder.is_dir() else {
             "path": str(folder), "missing": True}
     return {"pipeline": pipeline.name, "generation": current_generation(home, pipeline.name),

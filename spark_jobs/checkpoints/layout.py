@@ -16,29 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from spark_jobs.catalog import Pipeline
-    from spark_jobs.home import WeirHome
+    pass
 
 BATCH_FILE = re.compile(r"^(\d+)(\.compact)?$")
 STATE_FILE = re.compile(r"^(\d+)(?:_[0-9a-fA-F-]+)?\.(changelog|zip|delta|snapshot)$")
 CRC_FILE = re.compile(r"^\.(.+)\.crc$")
 TEMP_MARKERS = (".tmp", "_temporary", ".inprogress")
-# Only the aggregation of gold keeps state; ingest is a stateless foreachBatch.
-STATEFUL_QUERIES = frozenset({"gold"})
-
-
-def query_names() -> tuple[str, ...]:
-    from spark_jobs.stream import QUERIES
-
-    return QUERIES
-
-
-def query_dir(home: WeirHome, pipeline: Pipeline, query: str) -> Path:
-    """Where the stream keeps `query`'s checkpoint: `stream.checkpoint_location`, the one truth."""
-    from spark_jobs.stream import checkpoint_location
-
-    return checkpoint_location(home, pipeline, query)
-
 
 def is_temporary(name: str) -> bool:
     """A half-written file: Hadoop's checkpoint file manager writes `.<name>.<uuid>.tmp` and

@@ -12,6 +12,7 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Literal
 
+from spark_jobs import topology
 from spark_jobs.checkpoints import layout
 from spark_jobs.checkpoints.liveness import live_leases
 
@@ -105,7 +106,7 @@ def validate_query(query_dir: Path, query: str, root: Path) -> list[Problem]:
 def _state_problems(query_dir: Path, query: str, root: Path, committed: int) -> list[Problem]:
     problems = []
     operators = layout.state_operators(query_dir)
-    if query in layout.STATEFUL_QUERIES and not operators:
+    if query in topology.STATEFUL_QUERIES and not operators:
         problems.append(Problem("error", query, str((query_dir / "state").relative_to(root)),
                                 f"state missing: batch {committed} is committed but there is no state"))
     for operator in operators:
@@ -124,8 +125,8 @@ def validate(home: WeirHome, pipeline: Pipeline) -> dict[str, object]:
     root = home.root
     problems: list[Problem] = []
     started = []
-    for query in layout.query_names():
-        folder = layout.query_dir(home, pipeline, query)
+    for query in topology.QUERIES:
+        folder = topology.checkpoint_location(home, pipeline, query)
         if not folder.exists():
             continue
         started.append(query)

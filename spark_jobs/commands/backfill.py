@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from spark_jobs.commands import iso_date, pipeline_arg
+from spark_jobs.errors import UserError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,7 +25,6 @@ def handle(args: argparse.Namespace) -> int:
 
     from spark_jobs import catalog
     from spark_jobs.backfill import backfill
-    from spark_jobs.cli import UserError
     from spark_jobs.session import build_session
 
     if args.date_to < args.date_from:

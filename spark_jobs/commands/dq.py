@@ -9,6 +9,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from spark_jobs.commands import iso_date, pipeline_arg
+from spark_jobs.errors import UserError
 
 if TYPE_CHECKING:
     from spark_jobs.quality import DqReport
@@ -38,7 +39,6 @@ def handle(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from spark_jobs.cli import UserError
     from spark_jobs.quality import NoDataError, run_dq
     from spark_jobs.quality.suites import SuiteError
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from spark_jobs.commands import pipeline_arg
+from spark_jobs.errors import UserError
 
 SAFE_RETENTION_HOURS = 168
 
@@ -26,7 +27,6 @@ def handle(args: argparse.Namespace) -> int:
     import json
 
     from spark_jobs import catalog
-    from spark_jobs.cli import UserError
     from spark_jobs.control import eventlog
     from spark_jobs.control.maintenance import maintain
     from spark_jobs.home import WeirHome

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from spark_jobs.commands import pipeline_arg
+from spark_jobs.errors import UserError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -20,7 +21,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _files(source: Path) -> list[Path]:
-    from spark_jobs.cli import UserError
 
     if source.is_file():
         return [source]
@@ -42,7 +42,6 @@ def handle(args: argparse.Namespace) -> int:
 
     from spark_jobs import catalog, kafka
     from spark_jobs.catalog import KafkaSource
-    from spark_jobs.cli import UserError
 
     pipeline = catalog.load(args.pipeline)
     source = pipeline.source

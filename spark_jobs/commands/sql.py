@@ -7,6 +7,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from spark_jobs.errors import UserError
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -24,7 +26,6 @@ def handle(args: argparse.Namespace) -> int:
     from pyspark.errors import PySparkException
     from rich.console import Console
 
-    from spark_jobs.cli import UserError
     from spark_jobs.home import WeirHome
     from spark_jobs.session import build_session
     from spark_jobs.sql import register_tables, split_statements

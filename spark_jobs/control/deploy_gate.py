@@ -14,6 +14,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spark_jobs import topology
 from spark_jobs.catalog import catalog_dir
 from spark_jobs.home import REPO_ROOT, WeirHome
 
@@ -44,12 +45,6 @@ def admitted_path(home: WeirHome, pipeline: str) -> Path:
     return home.control(pipeline) / "admitted_code.json"
 
 
-def _has_checkpoint(home: WeirHome, pipeline: Pipeline) -> bool:
-    from spark_jobs.stream import QUERIES, checkpoint_location
-
-    return any((checkpoint_location(home, pipeline, q) / "offsets").is_dir() for q in QUERIES)
-
-
 def admit(home: WeirHome, pipeline: Pipeline, *, actor: str, fingerprint: str | None = None,
           spark: SparkSession | None = None) -> dict[str, Any]:
     """Admit the current code for a start of `pipeline`, or raise `IncompatibleCodeError`."""
@@ -61,7 +56,7 @@ def admit(home: WeirHome, pipeline: Pipeline, *, actor: str, fingerprint: str | 
     if admitted.get("fingerprint") == fingerprint:
         return {"checked": False, "compatible": True, "verdict": "compatible (code unchanged)"}
     result: dict[str, Any] = {"checked": False, "compatible": True, "verdict": "compatible (no checkpoint)"}
-    if _has_checkpoint(home, pipeline):
+    if topology.has_checkpoint(home, pipeline):
         from spark_jobs.checkpoints.compat import compat
         from spark_jobs.session import build_session
 

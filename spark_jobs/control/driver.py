@@ -4,7 +4,7 @@ A driver is started as its own session and process group (`spark-submit` and the
 it runs), with its output in `WEIR_HOME/logs`, and the launch is recorded in
 `control/<P>/launch.json`, so any later task — after an Airflow restart too — can find, adopt,
 signal or kill it. The command itself is built by the caller (the Airflow hook follows the
-apache-spark provider's conventions; `submit_command` is the plain equivalent).
+apache-spark provider's conventions).
 """
 
 from __future__ import annotations
@@ -64,19 +64,6 @@ def driver_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
         env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
     env.update(extra or {})
     return env
-
-
-def submit_command(pipeline: str, *, master: str = "local[*]", conf: dict[str, str] | None = None,
-                   jars: list[str] | None = None) -> list[str]:
-    """`spark-submit` of the stream entry for `pipeline` (the hook builds the same from a connection)."""
-    from spark_jobs.jars import resolved_jars
-
-    command = [str(VENV_PYTHON.parent / "spark-submit"), "--master", master]
-    for key, value in (conf or {}).items():
-        command += ["--conf", f"{key}={value}"]
-    command += ["--jars", ",".join(jars if jars is not None else resolved_jars()),
-                "--name", f"weir-{pipeline}", str(STREAM_ENTRY), pipeline]
-    return command
 
 
 def spawn(home: WeirHome, pipeline: str, command: list[str],

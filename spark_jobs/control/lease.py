@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from spark_jobs.cli import UserError
 from spark_jobs.control.processes import ProcessRef
+from spark_jobs.errors import UserError
 from spark_jobs.home import WeirHome
 
 log = logging.getLogger(__name__)

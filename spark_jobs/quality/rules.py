@@ -21,12 +21,12 @@ import logging
 from typing import TYPE_CHECKING
 
 from spark_jobs.quality.suites import RowRule
+from spark_jobs.transforms import REASON
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 log = logging.getLogger(__name__)
-REASON = "_reject_reason"
 CONTRACT_VALID = "_contract_valid"   # the row passed the contract (before any rule)
 
 

@@ -10,9 +10,9 @@ import pytest
 
 from spark_jobs import catalog
 from spark_jobs.checkpoints import run_action
-from spark_jobs.checkpoints.layout import query_dir
-from spark_jobs.cli import UserError
+from spark_jobs.errors import UserError
 from spark_jobs.home import PathEscapeError, WeirHome
+from spark_jobs.topology import checkpoint_location as query_dir
 
 
 def write_checkpoint(home: WeirHome, *, planned: int = 3, committed: int = 2) -> None:

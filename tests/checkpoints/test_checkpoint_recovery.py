@@ -14,8 +14,8 @@ from spark_jobs import cli, transforms
 from spark_jobs.checkpoints import run_action
 from spark_jobs.checkpoints.actions import ConfirmationRequiredError, PipelineRunningError
 from spark_jobs.checkpoints.compat import compat
-from spark_jobs.checkpoints.layout import query_dir
 from spark_jobs.control import eventlog, lease
+from spark_jobs.topology import checkpoint_location as query_dir
 from tests.helpers import table
 
 

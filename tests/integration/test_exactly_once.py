@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from spark_jobs import stream, transforms
+from spark_jobs import stream, topology, transforms
 from spark_jobs.control import progress
 from spark_jobs.generator import generate
 from spark_jobs.layers import PipelineTables
@@ -32,7 +32,7 @@ def start_driver(home, conf_dir: Path, *args: str) -> subprocess.Popen:
 
 
 def batch_files(home, pipeline, kind: str) -> set[int]:
-    folder = stream.checkpoint_location(home, pipeline, "ingest") / kind
+    folder = topology.checkpoint_location(home, pipeline, "ingest") / kind
     if not folder.is_dir():
         return set()
     return {int(p.name) for p in folder.iterdir() if p.name.isdigit()}

@@ -10,6 +10,7 @@ import pytest
 
 from spark_jobs import kafka
 from spark_jobs.catalog import KafkaSource
+from spark_jobs.control.progress import kafka_lag
 from spark_jobs.home import WeirHome
 
 pytestmark = pytest.mark.kafka
@@ -96,6 +97,6 @@ def test_lag_is_latest_minus_processed_per_partition() -> None:
         "endOffset": '{"playback": {"0": 40, "1": 25, "2": 7}}',
         "latestOffset": {"playback": {"0": 100, "1": 25, "2": 9}},
     }
-    assert kafka.lag_from_progress(progress) == {"playback-0": 60, "playback-1": 0, "playback-2": 2}
-    assert kafka.lag_from_progress({"description": "FileStreamSource[/landing]",
-                                    "endOffset": {"logOffset": 3}}) == {}
+    assert kafka_lag([progress]) == (62, {"playback-0": 60, "playback-1": 0, "playback-2": 2})
+    assert kafka_lag([{"description": "FileStreamSource[/landing]",
+                       "endOffset": {"logOffset": 3}}]) == (None, None)

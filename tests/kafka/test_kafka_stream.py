@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from spark_jobs import kafka, stream
+from spark_jobs.control.progress import kafka_lag
 from spark_jobs.generator import BAD_LINES, Written, generate
 from spark_jobs.home import WeirHome
 from tests.helpers import assert_exactly_once, table
@@ -89,7 +90,7 @@ def test_kill9_driver_mid_stream_then_restart_every_offset_once(
 
     # A batch replayed from the offset log reports no latest offset, hence no lag; every other
     # batch reports all three partitions, the bounded batches a backlog, the last one none.
-    lags = [kafka.lag_from_progress(s) for p in progress for s in p["sources"]
+    lags = [kafka_lag([s])[1] for p in progress for s in p["sources"]
             if str(s.get("description", "")).startswith("KafkaV2") and s.get("latestOffset")]
     assert lags, "no Kafka progress with a latest offset was reported"
     assert all(lag.keys() == {f"{topic}-{p}" for p in range(3)} for lag in lags), lags
