@@ -18,7 +18,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 
-.cache/jars/jars.txt: spark_jobs/jars.py $(VENV)/.installed
+.cache/jars/jars.txt: spark_jobs/jars.py $(wildcard infra/jvm/weir/*.java) $(VENV)/.installed
 	mkdir -p .cache/jars
 	$(PY) -m spark_jobs.jars
 

@@ -106,6 +106,9 @@ class Pipeline:
     derived: dict[str, str] = field(default_factory=dict)
     dimension: Dimension | None = None
     trigger_interval: str = "5 seconds"
+    # An event stamped further ahead of its ingest time than this is quarantined: one wrong clock
+    # must never carry the watermark into the future (which would make every later event late).
+    max_event_time_ahead: str = "1 hour"
     shuffle_partitions: int = 4
     restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
     description: str = ""

@@ -1,15 +1,20 @@
-"""JVM artifacts (Delta, the Spark Kafka connector) resolved from Maven Central once, then local.
+"""JVM artifacts (Delta, the Spark Kafka connector) resolved from Maven Central once, then local,
+and Weir's own few JVM classes (`infra/jvm`: Spark SQL functions) compiled into one jar.
 
-`python -m spark_jobs.jars` resolves them through Spark's own Ivy into `.cache/ivy` and records
-the jar paths; every session afterwards puts those files on `spark.jars` and needs no network.
+`python -m spark_jobs.jars` resolves them through Spark's own Ivy into `.cache/ivy`, compiles the
+own classes with the JDK's `javac` against pyspark's jars, and records the jar paths; every
+session afterwards puts those files on `spark.jars` and needs no network.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from spark_jobs.errors import UserError
@@ -30,6 +35,8 @@ RESOLUTIONS = (
 )
 CACHE = Path(os.environ.get("WEIR_JAR_CACHE", REPO_ROOT / ".cache" / "jars"))
 MANIFEST = CACHE / "jars.txt"
+JVM_SOURCES = REPO_ROOT / "infra" / "jvm"
+OWN_JAR = "weir-jvm.jar"
 
 
 class JarsMissingError(UserError, RuntimeError):
@@ -56,15 +63,13 @@ def _artifact(jar: Path) -> str:
 def resolve() -> list[str]:
     """Resolve the packages through Ivy into the cache (a no-op when the manifest is current).
     Jars that pyspark already ships (Jackson, Hadoop, Parquet, ...) are left out."""
-    wanted = repr(RESOLUTIONS)
+    wanted = repr(RESOLUTIONS) + own_sources_digest()
     stamp = CACHE / "packages.txt"
     if MANIFEST.is_file() and stamp.is_file() and stamp.read_text() == wanted:
         try:
             return resolved_jars()
         except JarsMissingError:
             pass
-    import subprocess
-
     import pyspark
 
     ivy = CACHE / "ivy"
@@ -77,9 +82,36 @@ def resolve() -> list[str]:
     jars = sorted(str(p) for p in (ivy / "jars").glob("*.jar") if _artifact(p) not in shipped)
     if not jars:
         raise JarsMissingError(f"Ivy resolved nothing into {ivy / 'jars'}")
+    jars.append(str(build_own_jar()))
     MANIFEST.write_text("\n".join(jars) + "\n")
     stamp.write_text(wanted)
     return jars
+
+
+def own_sources_digest() -> str:
+    digest = hashlib.sha256()
+    for source in sorted(JVM_SOURCES.rglob("*.java")):
+        digest.update(source.read_bytes())
+    return digest.hexdigest()
+
+
+def build_own_jar() -> Path:
+    """Compile `infra/jvm/**/*.java` against pyspark's jars into `CACHE/weir-jvm.jar`."""
+    import pyspark
+
+    classpath = str(Path(pyspark.__file__).parent / "jars" / "*")
+    sources = [str(p) for p in sorted(JVM_SOURCES.rglob("*.java"))]
+    jar = CACHE / OWN_JAR
+    javac, jar_tool = shutil.which("javac"), shutil.which("jar")
+    if javac is None or jar_tool is None:
+        raise JarsMissingError("javac and jar (a JDK 17) are needed to build Weir's JVM classes")
+    with tempfile.TemporaryDirectory() as classes:
+        subprocess.run([javac, "--release", "17", "-nowarn", "-cp", classpath, "-d", classes, *sources],
+                       check=True)
+        tmp = jar.with_suffix(".tmp")
+        subprocess.run([jar_tool, "cf", str(tmp), "-C", classes, "."], check=True)
+        tmp.replace(jar)
+    return jar
 
 
 def _resolve_one(index: int) -> None:

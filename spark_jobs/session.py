@@ -50,4 +50,13 @@ def build_session(app_name: str, *, master: str | None = None,
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("WEIR_SPARK_LOG_LEVEL", "WARN"))
+    register_functions(spark)
     return spark
+
+
+def register_functions(spark: SparkSession) -> None:
+    """Weir's own SQL functions (compiled from infra/jvm by `make setup`), which the shared
+    transforms call by name."""
+    from spark_jobs.transforms import JSON_LINE_REASON
+
+    spark.udf.registerJavaFunction(JSON_LINE_REASON, "weir.JsonLineReason", "string")

@@ -65,7 +65,8 @@ def _kafka(spark: SparkSession, pipeline: Pipeline, home: WeirHome, source: Kafk
     records = spark.readStream.format("kafka").options(**options).load()
     return bronze_columns(
         records,
-        value=F.col("value").cast("string"),
+        value=F.expr("make_valid_utf8(CAST(value AS STRING))"),
+        raw_bytes=F.when(~F.expr("is_valid_utf8(value)"), F.col("value")),
         source=F.format_string("kafka://%s/%d", F.col("topic"), F.col("partition")),
         position=F.col("offset"),
         topic=F.col("topic"),

@@ -18,14 +18,14 @@ GOOD = {"event_id": "e1", "session_id": "s1", "user_id": "u1", "content_id": "c0
         "event_type": "start", "event_time": "2026-11-20T10:00:05Z"}
 
 
-def bronze(spark, *lines, source="f1", ingest=T0):
-    rows = [(line, source, i + 1, None, None, None, None, ingest, ingest.date())
+def bronze(spark, *lines, source="f1", ingest=T0, raw_bytes=None):
+    rows = [(line, source, i + 1, None, None, None, None, ingest, ingest.date(), raw_bytes)
             for i, line in enumerate(lines)]
     return spark.createDataFrame(rows, transforms.BRONZE_SCHEMA)
 
 
-def reasons(spark, *lines):
-    parsed = transforms.parse(bronze(spark, *lines), PLAYBACK)
+def reasons(spark, *lines, **bronze_args):
+    parsed = transforms.parse(bronze(spark, *lines, **bronze_args), PLAYBACK)
     return [r.reason for r in transforms.rejects(parsed).orderBy("position").collect()]
 
 
@@ -38,6 +38,15 @@ def with_(**changes):
     ('{"event_id": "e1", ', "malformed JSON"),
     ("not json at all", "malformed JSON"),
     ('["an", "array"]', "malformed JSON: not an object"),
+    ("{'event_id': 'e1'}", "malformed JSON"),
+    (with_() + with_(event_id="e2"), "malformed JSON: more than one JSON value on the line"),
+    (with_() + " trailing junk", "malformed JSON: trailing characters after the object"),
+    (with_() + ", " + with_(event_id="e2"), "malformed JSON: trailing characters after the object"),
+    (with_() + "]}", "malformed JSON: trailing characters after the object"),
+    (with_(event_time="2099-01-01T00:00:00Z"),
+     "event_time more than 1 hour ahead of ingest time: 2099-01-01T00:00:00Z"),
+    (with_(event_time="2026-11-20T11:00:01Z"),
+     "event_time more than 1 hour ahead of ingest time: 2026-11-20T11:00:01Z"),
     ("", "empty line"),
     (with_(event_id=...), "missing field event_id"),
     (with_(session_id=""), "missing field session_id"),
@@ -63,6 +72,18 @@ def test_each_kind_of_bad_input_is_quarantined_with_its_reason(spark, line, reas
     assert reasons(spark, line) == [reason]
 
 
+def test_whitespace_around_one_object_and_an_event_within_the_tolerance_are_valid(spark):
+    assert reasons(spark, "  " + with_() + " \t", with_(event_time="2026-11-20T11:00:00Z")) == []
+
+
+def test_bytes_that_are_not_utf8_are_quarantined_and_kept(spark):
+    raw = b'{"event_id": "e1", "device": "\xff\xfe"}'
+    parsed = transforms.parse(bronze(spark, raw.decode("utf-8", "replace"), raw_bytes=raw), PLAYBACK)
+    row = transforms.rejects(parsed).collect()[0]
+    assert (row.reason, bytes(row.raw_bytes)) == ("invalid UTF-8", raw)
+    assert transforms.valid(parsed).count() == 0
+
+
 def test_every_reason_of_a_record_is_given_at_once(spark):
     line = with_(event_id=..., event_type="rewind", bitrate_kbps="x")
     assert reasons(spark, line) == [
@@ -77,8 +98,9 @@ def test_oversized_record_is_quarantined(spark):
 def test_valid_event_is_typed_in_utc_and_extra_fields_are_ignored(spark):
     line = with_(event_time="2026-11-20T23:30:00.250+02:00", bitrate_kbps=4500, buffer_ms=0,
                  position_s=12.5, surprise={"nested": 1})
-    parsed = transforms.parse(bronze(spark, line), PLAYBACK)
-    assert reasons(spark, line) == []
+    ingest = T0 + dt.timedelta(days=1)
+    parsed = transforms.parse(bronze(spark, line, ingest=ingest), PLAYBACK)
+    assert reasons(spark, line, ingest=ingest) == []
     row = transforms.silver(parsed, None, PLAYBACK).collect()[0]
     assert row.event_time == dt.datetime(2026, 11, 20, 21, 30, 0, 250000)
     assert row.event_date == dt.date(2026, 11, 20)
