@@ -29,6 +29,9 @@ BROKER="$REPO/infra/kafka/broker.sh"
 mkdir -p "$AIRFLOW_HOME" "$WEIR_HOME/logs"
 
 source "$REPO/infra/airflow/airflow.env"
+source "$REPO/infra/airflow/private_files.sh"
+# Before Airflow starts: its password file, config, DB and every log are the owner's only.
+secure_private_files "$WEIR_HOME" "$AIRFLOW_HOME"
 export AIRFLOW__API__PORT="$PORT"
 export AIRFLOW__API__BASE_URL="http://localhost:$PORT"
 export PATH="$VENV_BIN:$PATH"

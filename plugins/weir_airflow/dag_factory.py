@@ -5,7 +5,8 @@ For pipeline P:
 - `P_stream`: deploy the stream and keep it alive (deferrable supervision, restart policy);
 - `P_stop`: stop at a batch boundary, stay stopped; `P_restart`: the on-call restart with a reason
   (plain, from a checkpoint backup, or after a checkpoint reset), then a new `P_stream` run;
-- `P_backfill`: one run per event date (= logical date), then a DQ check of that date;
+- `P_backfill`: one run per event date (the day its data interval covers: the scheduled midnight
+  run reconciles the day that just ended), then a DQ check of that date;
 - `P_dq`: the expectations over recent partitions, hourly;
 - `P_checkpoint`: on-call checkpoint actions; `P_checkpoint_backup`: hourly backup + prune;
 - `P_maintenance`: daily OPTIMIZE and VACUUM of silver and gold.
@@ -16,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from airflow.sdk import DAG, Param, get_current_context, task
+from airflow.sdk import DAG, CronDataIntervalTimetable, Param, get_current_context, task
 
 from spark_jobs import catalog
 from weir_airflow.callbacks import alert_on_failure
@@ -82,10 +83,15 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
                                          wait_for_completion=False)
     dags[restart_dag.dag_id] = restart_dag
 
-    with DAG(f"{name}_backfill", schedule="@daily", max_active_runs=2, tags=["weir", name, "batch"],
-             description=f"Back-fill {name}: one run per event date (the logical date), then its DQ",
+    # A data-interval timetable, not Airflow 3's default for "@daily" (a point in time): the run
+    # at midnight covers the day that just ended, and `airflow backfill create --from-date X
+    # --to-date Y` makes one run per date X..Y whose interval is that date.
+    daily = CronDataIntervalTimetable("0 0 * * *", timezone="UTC")
+    with DAG(f"{name}_backfill", schedule=daily, max_active_runs=2, tags=["weir", name, "batch"],
+             description=f"Back-fill {name}: one run per event date (its data interval), then its DQ",
              params={"date": Param(None, type=["null", "string"], format="date",
-                                   description="event date when triggered by hand (default: logical date)")},
+                                   description="event date when triggered by hand (default: the day "
+                                               "of the run's data interval, yesterday for a manual run)")},
              **common) as backfill_dag:
 
         @task(task_id="backfill")
@@ -182,9 +188,10 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
 
 
 def _run_date(context: Any) -> str:
-    """The event date of a back-fill run: its logical date (Airflow's back-fill sets one per
-    date); a manual run without one takes yesterday."""
-    logical = context.get("logical_date")
-    if logical is not None:
-        return logical.date().isoformat()
+    """The event date a back-fill run reconciles: the day its data interval starts (the scheduled
+    midnight run: the day that ended; a `backfill create` run: its date; a manual run: the last
+    complete day). Without an interval, yesterday (UTC)."""
+    start = context.get("data_interval_start")
+    if start is not None:
+        return start.astimezone(dt.UTC).date().isoformat()
     return (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()

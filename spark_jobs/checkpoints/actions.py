@@ -2,21 +2,25 @@
 and by the Airflow DAGs (`P_checkpoint`, `P_restart`), returning a JSON-able dict.
 
 Guard rails for the destructive ones (restore, rewind, reset, prune): they need `confirm=True`
-(`--yes`), `dry_run=True` only says what they would do, they refuse while P's driver is alive
-(except prune, which touches backups only), they take an automatic backup of the live checkpoint
-first (restore, rewind, reset), they write the event log, and every path they touch is confined
-to WEIR_HOME.
+(`--yes`), `dry_run=True` only says what they would do, they write the event log, and every path
+they touch is confined to WEIR_HOME. Restore, rewind and reset hold the pipeline's lease (the one
+a driver takes) for their whole duration, so they refuse while P's driver is alive and no driver
+(a supervisor's relaunch included) can start in the middle; they take an automatic backup of the
+live checkpoint first, and restore and rewind re-run the deploy gate on the checkpoint they
+installed. Prune never removes the newest backup that validates.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs import topology
-from spark_jobs.checkpoints import backups, generations, layout
+from spark_jobs.checkpoints import backups, generations, layout, validation
 from spark_jobs.errors import UserError
 from spark_jobs.home import WeirHome
 
@@ -65,17 +69,16 @@ def run_action(pipeline: str, action: str, *, backup_id: str | None = None,
         raise ConfirmationRequiredError(
             f"{action} of {p.name} is destructive: confirm it (--yes on the CLI, the confirm Param in "
             "Airflow) or preview it with --dry-run")
-    if action in NEEDS_STOPPED:
-        _refuse_while_running(home, p.name, action)
     started = time.monotonic()
-    try:
-        result = _ACTIONS[action](home, p, backup_id=backup_id, reset_from=reset_from, keep=keep,
-                                  dry_run=dry_run, actor=actor, reason=reason, spark=spark,
-                                  progress=progress)
-    except Exception as err:
-        if action in DESTRUCTIVE or action == "backup":
-            _record(home, p.name, action, "failed", actor, reason, {"error": str(err)[:500]})
-        raise
+    with _holding(home, p.name, action, dry_run=dry_run):
+        try:
+            result = _ACTIONS[action](home, p, backup_id=backup_id, reset_from=reset_from, keep=keep,
+                                      dry_run=dry_run, actor=actor, reason=reason, spark=spark,
+                                      progress=progress)
+        except Exception as err:
+            if action in DESTRUCTIVE or action == "backup":
+                _record(home, p.name, action, "failed", actor, reason, {"error": str(err)[:500]})
+            raise
     result.setdefault("pipeline", p.name)
     result["action"] = action
     result["dry_run"] = dry_run
@@ -93,6 +96,31 @@ def _record(home: WeirHome, pipeline: str, action: str, outcome: str, actor: str
                     details=details, home=home)
 
 
+@contextlib.contextmanager
+def _holding(home: WeirHome, pipeline: str, action: str, *, dry_run: bool) -> Iterator[None]:
+    """Hold `pipeline` for a checkpoint-rewriting action: take its driver lease for the whole
+    action, so a driver started meanwhile (a supervisor's relaunch) is refused with
+    `LeaseHeldError` rather than starting on a half-installed checkpoint. A dry run only checks
+    that no driver runs; other actions do not hold it."""
+    from spark_jobs.control import lease
+
+    if action not in NEEDS_STOPPED:
+        yield
+        return
+    if dry_run:
+        _refuse_while_running(home, pipeline, action)
+        yield
+        return
+    try:
+        held = lease.acquire(home, pipeline)
+    except lease.LeaseHeldError:
+        _refuse_while_running(home, pipeline, action)
+        raise            # the holder ended between the two looks: still refused, by the lease
+    with held:
+        log.info("%s: held for checkpoint %s (lease pid %d)", pipeline, action, held.record.pid)
+        yield
+
+
 def _refuse_while_running(home: WeirHome, pipeline: str, action: str) -> None:
     from spark_jobs.checkpoints.liveness import running_driver
 
@@ -101,6 +129,25 @@ def _refuse_while_running(home: WeirHome, pipeline: str, action: str) -> None:
         raise PipelineRunningError(
             f"refusing to {action} {pipeline} while it runs ({driver}); stop it first "
             f"(weir stop {pipeline} or the Airflow DAG {pipeline}_stop)")
+
+
+def _gate_installed(home: WeirHome, p: Pipeline, actor: str,
+                    spark: SparkSession | None) -> dict[str, Any]:
+    """Re-run the deploy gate on the checkpoint just installed from a backup: the code admitted
+    before fitted the old checkpoint, not necessarily this one. A misfit is reported here and,
+    since its admission record stays cleared, refused by the gate at the next start."""
+    from spark_jobs.control import deploy_gate
+
+    deploy_gate.admitted_path(home, p.name).unlink(missing_ok=True)
+    try:
+        verdict = deploy_gate.admit(home, p, actor=actor, spark=spark)
+    except deploy_gate.IncompatibleCodeError as err:
+        log.warning("%s: the restored checkpoint does not fit the current code: %s", p.name, err)
+        return {"compatible": False, "refused": str(err)}
+    except Exception as err:  # the checkpoint is installed; the gate runs again at the next start
+        log.warning("%s: deploy gate not run on the restored checkpoint: %s", p.name, err)
+        return {"compatible": None, "unchecked": str(err).splitlines()[0][:500]}
+    return {"compatible": True, "verdict": verdict["verdict"]}
 
 
 def _session(spark: SparkSession | None, name: str) -> SparkSession:
@@ -155,7 +202,8 @@ def _backups(home: WeirHome, p: Pipeline, **_: Any) -> dict[str, Any]:
 
 
 def _restore(home: WeirHome, p: Pipeline, *, backup_id: str | None, actor: str, reason: str | None,
-             dry_run: bool, progress: backups.Progress | None, **_: Any) -> dict[str, Any]:
+             dry_run: bool, spark: SparkSession | None, progress: backups.Progress | None,
+             **_: Any) -> dict[str, Any]:
     if not backup_id:
         raise UserError("restore needs a backup id (see `weir checkpoint backups`)")
     manifest, path = _find(home, p, backup_id)
@@ -166,7 +214,8 @@ def _restore(home: WeirHome, p: Pipeline, *, backup_id: str | None, actor: str, 
     staged = generations.staging_folder(home, p.name)
     generations.stage_backup(path, staged)
     number = generations.install(home, p, staged, f"restore {manifest.id}")
-    return {"plan": plan, "safety_backup": safety.id if safety else None, "generation": number}
+    return {"plan": plan, "safety_backup": safety.id if safety else None, "generation": number,
+            "deploy_gate": _gate_installed(home, p, actor, spark)}
 
 
 def _rewind(home: WeirHome, p: Pipeline, *, backup_id: str | None, actor: str, reason: str | None,
@@ -208,7 +257,8 @@ def _rewind(home: WeirHome, p: Pipeline, *, backup_id: str | None, actor: str, r
         shutil.rmtree(staged / query, ignore_errors=True)
     number = generations.install(home, p, staged, f"rewind to {manifest.id}")
     return {"plan": plan, "safety_backup": safety.id if safety else None, "generation": number,
-            "table_versions": backups.table_versions(home, p)}
+            "table_versions": backups.table_versions(home, p),
+            "deploy_gate": _gate_installed(home, p, actor, session or spark)}
 
 
 def _reset(home: WeirHome, p: Pipeline, *, reset_from: str | None, actor: str, reason: str | None,
@@ -226,6 +276,10 @@ def _reset(home: WeirHome, p: Pipeline, *, reset_from: str | None, actor: str, r
     generations.stage_reset(home, p, plan, staged)
     number = generations.install(home, p, staged, f"reset --from {reset_from}")
     generations.after_install(home, p, plan)
+    from spark_jobs.control import deploy_gate
+
+    # The new generation's state is built by the next start: let the gate check that start.
+    deploy_gate.admitted_path(home, p.name).unlink(missing_ok=True)
     return {"plan": plan.as_dict(), "old_generation_backup": safety.id if safety else None,
             "generation": number}
 
@@ -237,6 +291,11 @@ def _prune(home: WeirHome, p: Pipeline, *, keep: int | None, dry_run: bool, **_:
         raise UserError("prune needs --keep N with N >= 1 (the newest N backups are kept)")
     known = backups.list_backups(home, p.name)
     doomed = [m.id for m in known[:-keep]] if len(known) > keep else []
+    protected = _newest_valid(home, p.name, known)
+    if protected is not None and protected in doomed:
+        # The newest backups are all damaged: the last one a restore can use stays.
+        log.warning("%s prune: keeping %s, the newest backup that validates", p.name, protected)
+        doomed.remove(protected)
     leftovers = [entry for folder in (home.backups(p.name), home.checkpoints(p.name)) if folder.is_dir()
                  for entry in folder.iterdir()
                  if entry.name.startswith((".staging-", ".replaced-")) or entry.name.endswith(".partial")
@@ -247,7 +306,19 @@ def _prune(home: WeirHome, p: Pipeline, *, keep: int | None, dry_run: bool, **_:
         for entry in leftovers:
             shutil.rmtree(home.confine(entry), ignore_errors=True)
     return {"removed": doomed, "kept": [m.id for m in known if m.id not in doomed],
-            "leftovers_removed": [str(e) for e in leftovers]}
+            "newest_valid": protected, "leftovers_removed": [str(e) for e in leftovers]}
+
+
+def _newest_valid(home: WeirHome, pipeline: str, known: list[backups.Manifest]) -> str | None:
+    """The id of the newest backup whose checkpoint validates (no error), or None."""
+    for manifest in reversed(known):
+        folder = home.confine(home.backups(pipeline) / manifest.id)
+        problems = validation.validate_backup(folder, manifest, home.root)
+        if not problems:
+            return manifest.id
+        log.warning("%s prune: backup %s does not validate: %s", pipeline, manifest.id,
+                    "; ".join(f"{pr.file}: {pr.problem}" for pr in problems[:3]))
+    return None
 
 
 def _compat(home: WeirHome, p: Pipeline, *, spark: SparkSession | None, **_: Any) -> dict[str, Any]:
@@ -258,9 +329,13 @@ def _compat(home: WeirHome, p: Pipeline, *, spark: SparkSession | None, **_: Any
 
 def _find(home: WeirHome, p: Pipeline, backup_id: str) -> tuple[backups.Manifest, Any]:
     try:
-        return backups.find_backup(home, p.name, backup_id)
+        manifest, path = backups.find_backup(home, p.name, backup_id)
     except backups.BackupNotFoundError as err:
         raise UserError(str(err)) from None
+    if manifest.pipeline != p.name:
+        raise UserError(f"refusing backup {manifest.id}: it is a backup of pipeline {manifest.pipeline}, "
+                        f"not of {p.name} (its folder was copied or moved into {p.name}'s backups)")
+    return manifest, path
 
 
 _ACTIONS = {

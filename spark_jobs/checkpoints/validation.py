@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from spark_jobs.catalog import Pipeline
+    from spark_jobs.checkpoints.backups import Manifest
     from spark_jobs.home import WeirHome
 
 log = logging.getLogger(__name__)
@@ -117,6 +118,20 @@ def _state_problems(query_dir: Path, query: str, root: Path, committed: int) -> 
                     "error", query, str(folder.relative_to(root)),
                     f"state of operator {operator.name} partition {partition} missing for committed "
                     f"batch {committed} (no version {committed + 1} file)"))
+    return problems
+
+
+def validate_backup(folder: Path, manifest: Manifest, root: Path) -> list[Problem]:
+    """The errors of the checkpoint a backup holds (what a restore would install): each query its
+    manifest lists must be there and validate."""
+    problems: list[Problem] = []
+    for query in sorted(manifest.queries):
+        query_dir = folder / "checkpoints" / query
+        if not query_dir.is_dir():
+            problems.append(Problem("error", query, str(query_dir.relative_to(root)),
+                                    "listed in the manifest but missing from the backup"))
+            continue
+        problems += [p for p in validate_query(query_dir, query, root) if p.severity == "error"]
     return problems
 
 

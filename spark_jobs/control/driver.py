@@ -4,7 +4,8 @@ A driver is started as its own session and process group (`spark-submit` and the
 it runs), with its output in `WEIR_HOME/logs`, and the launch is recorded in
 `control/<P>/launch.json`, so any later task — after an Airflow restart too — can find, adopt,
 signal or kill it. The command itself is built by the caller (the Airflow hook follows the
-apache-spark provider's conventions).
+apache-spark provider's conventions). Launch records and driver logs hold command lines: they are
+their owner's only (0600 in 0700 folders), and secret settings never reach the command line.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from spark_jobs.control.lease import iso, now_utc, read_json, write_json_atomically
 from spark_jobs.control.processes import ProcessRef, hostname, signal_group, start_ticks
+from spark_jobs.control.submit_secrets import PRIVATE_FILE, move_secret_conf, private_folder
 from spark_jobs.home import REPO_ROOT, WeirHome
 
 log = logging.getLogger(__name__)
@@ -70,16 +72,19 @@ def spawn(home: WeirHome, pipeline: str, command: list[str],
           env: dict[str, str] | None = None) -> LaunchRecord:
     """Start `command` detached (new session, own process group, output to a log file under
     WEIR_HOME/logs) and record the launch."""
-    home.logs.mkdir(parents=True, exist_ok=True)
+    private_folder(home.logs)
+    private_folder(home.control(pipeline))
+    command = move_secret_conf(command, home.control(pipeline) / "spark-secrets.properties")
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
     log_path = home.logs / f"{pipeline}-driver-{stamp}-{os.getpid()}.log"
-    with open(log_path, "ab") as out:
+    with os.fdopen(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE), "ab") as out:
         child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                  env=env or driver_environment(), cwd=str(REPO_ROOT),
                                  start_new_session=True, close_fds=True)
     record = LaunchRecord(pipeline, child.pid, hostname(), start_ticks(child.pid), iso(now_utc()),
                           str(log_path), list(command))
     write_json_atomically(launch_path(home, pipeline), asdict(record))
+    launch_path(home, pipeline).chmod(PRIVATE_FILE)
     log.info("%s driver launched detached: pid %d, log %s", pipeline, child.pid, log_path)
     return record
 

@@ -28,3 +28,40 @@ def test_restart_params_reach_the_operator() -> None:
                                                "reset_from": "latest", "confirm": True}})
     assert (restart.reason, restart.mode, restart.backup_id, restart.reset_from, restart.confirm) == (
         "INC-9", "reset", None, "latest", True)
+
+
+def backfill_dates(infos: list) -> list[str]:
+    """The event date each run of `P_backfill` reconciles, given the runs Airflow would create."""
+    from weir_airflow.dag_factory import _run_date
+
+    return [_run_date({"logical_date": info.logical_date, "data_interval_start": info.data_interval.start,
+                       "data_interval_end": info.data_interval.end}) for info in infos]
+
+
+def test_the_daily_backfill_reconciles_the_day_that_ended_and_backfill_create_the_dates_given() -> None:
+    """Through Airflow's own (serialized, as the scheduler sees it) timetable: the midnight run of
+    11-21 back-fills 11-20 (not the still-empty 11-21); `airflow backfill create --from-date
+    2026-11-01 --to-date 2026-11-03` back-fills exactly those three dates; a manual trigger, the
+    last complete day."""
+    import datetime as dt
+
+    import pendulum
+    from airflow.serialization.serialized_objects import DagSerialization
+    from airflow.timetables.base import DataInterval, TimeRestriction
+
+    dag = DagSerialization.from_dict(DagSerialization.to_dict(dags()[f"{P}_backfill"]))
+    utc = dt.UTC
+    previous = DataInterval(dt.datetime(2026, 11, 19, tzinfo=utc), dt.datetime(2026, 11, 20, tzinfo=utc))
+    scheduled = dag.timetable.next_dagrun_info(
+        last_automated_data_interval=previous,
+        restriction=TimeRestriction(dt.datetime(2026, 1, 1, tzinfo=utc), None, True))
+    assert scheduled.run_after == dt.datetime(2026, 11, 21, tzinfo=utc)
+    assert backfill_dates([scheduled]) == ["2026-11-20"]
+
+    # What `airflow backfill create` iterates (airflow.models.backfill._get_info_list).
+    infos = list(dag.iter_dagrun_infos_between(dt.datetime(2026, 11, 1, tzinfo=utc),
+                                               dt.datetime(2026, 11, 3, tzinfo=utc)))
+    assert backfill_dates(infos) == ["2026-11-01", "2026-11-02", "2026-11-03"]
+
+    manual = dag.timetable.infer_manual_data_interval(run_after=pendulum.datetime(2026, 11, 21, 9, 30))
+    assert backfill_dates([type(scheduled)(run_after=None, data_interval=manual)]) == ["2026-11-20"]

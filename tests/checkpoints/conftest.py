@@ -4,6 +4,7 @@ on the session's Spark, and the exactly-once expectations of what was written.""
 from __future__ import annotations
 
 import datetime as dt
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,9 +14,31 @@ from spark_jobs import catalog, stream
 from spark_jobs.generator import generate
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables
+from spark_jobs.topology import checkpoint_location
 from tests.helpers import assert_exactly_once, table
 
 START = dt.datetime(2026, 11, 19, 20, 0, tzinfo=dt.UTC)
+
+
+def write_checkpoint(home: WeirHome, *, planned: int = 3, committed: int = 2,
+                     pipeline: str = "playback") -> None:
+    """A gold-like checkpoint mid-batch: offsets 0..planned, commits 0..committed, state versions
+    1..planned+1 (the in-flight batch already wrote its state), and a temporary file."""
+    folder = checkpoint_location(home, catalog.load(pipeline), "gold")
+    (folder / "offsets").mkdir(parents=True)
+    (folder / "commits").mkdir()
+    (folder / "metadata").write_text(json.dumps({"id": "q-1"}))
+    for batch in range(planned + 1):
+        (folder / "offsets" / str(batch)).write_text(
+            'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n{"reservoirVersion":1,"index":-1}')
+        (folder / "offsets" / f".{batch}.crc").write_bytes(b"crc")
+    for batch in range(committed + 1):
+        (folder / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+    partition = folder / "state" / "0" / "0"
+    partition.mkdir(parents=True)
+    for version in range(1, planned + 2):
+        (partition / f"{version}.changelog").write_bytes(b"x" * 10)
+    (folder / "commits" / f".{planned}.0b1c.tmp").write_text("v1\n")
 
 
 @dataclass

@@ -4,35 +4,14 @@ prune keeps the newest N."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from spark_jobs import catalog
 from spark_jobs.checkpoints import run_action
 from spark_jobs.errors import UserError
-from spark_jobs.home import PathEscapeError, WeirHome
+from spark_jobs.home import PathEscapeError
 from spark_jobs.topology import checkpoint_location as query_dir
-
-
-def write_checkpoint(home: WeirHome, *, planned: int = 3, committed: int = 2) -> None:
-    """A gold-like checkpoint mid-batch: offsets 0..planned, commits 0..committed, state versions
-    1..planned+1 (the in-flight batch already wrote its state), and a temporary file."""
-    folder = query_dir(home, catalog.load("playback"), "gold")
-    (folder / "offsets").mkdir(parents=True)
-    (folder / "commits").mkdir()
-    (folder / "metadata").write_text(json.dumps({"id": "q-1"}))
-    for batch in range(planned + 1):
-        (folder / "offsets" / str(batch)).write_text(
-            'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n{"reservoirVersion":1,"index":-1}')
-        (folder / "offsets" / f".{batch}.crc").write_bytes(b"crc")
-    for batch in range(committed + 1):
-        (folder / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
-    partition = folder / "state" / "0" / "0"
-    partition.mkdir(parents=True)
-    for version in range(1, planned + 2):
-        (partition / f"{version}.changelog").write_bytes(b"x" * 10)
-    (folder / "commits" / f".{planned}.0b1c.tmp").write_text("v1\n")
+from tests.checkpoints.conftest import write_checkpoint
 
 
 def test_backup_of_a_running_stream_is_cut_at_the_last_committed_batch(home):
