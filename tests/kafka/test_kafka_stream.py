@@ -296,3 +296,36 @@ def test_recreated_topic_refuses_to_start_and_a_reset_ingests_its_records_as_new
                         ("source", "position"),
                         identities(old_records, old_id, True) | identities(new_records, new_id, True),
                         "quarantine")
+
+
+def test_running_stream_stops_loudly_when_its_topic_is_recreated(
+        home: WeirHome, broker: Broker, topic: str, tmp_path: Path) -> None:
+    """A running driver whose topic is deleted and recreated fails (Spark's failOnDataLoss: the
+    offsets went backwards); its restart refuses with the reset to run, reading nothing."""
+    conn = broker.connection
+    kafka.ensure_topic(conn, topic, 2)
+    old = generate(tmp_path / "a", files=1, sessions_per_file=4, seed=61, prefix="a", bad_ratio=0)
+    produce_files(broker, topic, old)
+    conf = write_catalog(tmp_path / "conf", topic, broker.bootstrap)
+    bronze = home.table("bronze", "playback_kafka_events")
+    driver = Driver(home, conf)
+    try:
+        wait_for(lambda: delta_row_count(bronze) >= old.lines, 900, "the old topic ingested", driver)
+        recreate_topic(conn, topic, 2)
+        new = generate(tmp_path / "b", files=1, sessions_per_file=1, seed=62, prefix="b", bad_ratio=0)
+        produce_files(broker, topic, new)
+        wait_for(lambda: not driver.alive(), 300, "the driver to fail on the recreated topic")
+    finally:
+        code = driver.terminate()
+    assert code != 0, driver.tail()
+    assert "failOnDataLoss" in driver.log.read_text(errors="replace"), driver.tail()
+
+    restarted = Driver(home, conf)
+    try:
+        wait_for(lambda: not restarted.alive(), 600, "the restarted driver to refuse")
+    finally:
+        code = restarted.terminate()
+    assert code != 0
+    assert (f"run `weir checkpoint reset {PIPELINE} --from earliest --yes`"
+            in restarted.log.read_text(errors="replace")), restarted.tail()
+    assert delta_row_count(bronze) == old.lines
