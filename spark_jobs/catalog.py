@@ -46,14 +46,19 @@ class FileSource:
 class KafkaSource:
     """A Kafka topic. `bootstrap_servers` may be `local` (the development broker of infra/kafka);
     security settings come from the Airflow connection `connection` or the environment (see
-    `spark_jobs.kafka`), never from the catalog. `max_offsets_per_trigger` bounds a micro-batch
-    (back-pressure); `fail_on_data_loss=False` is an explicit opt-in to skip offsets that are
-    gone (retention, deleted topic). `partitions` is used when `weir produce` creates the topic."""
+    `spark_jobs.kafka.connection`), never from the catalog. `max_offsets_per_trigger` bounds a
+    micro-batch (None: unbounded, an explicit opt-out); `fail_on_data_loss=False` is an explicit
+    opt-in to skip offsets that are gone (retention, deleted topic). `partitions` is used when
+    `weir produce` creates the topic."""
 
     topic: str
     bootstrap_servers: str = "127.0.0.1:9092"
     starting_offsets: str = "earliest"
-    max_offsets_per_trigger: int | None = None
+    # Bounded by default, so a backlog of any size (a new pipeline on a full topic, a reset to
+    # earliest, days of downtime) is taken in batches whose memory is known: 200k records of a
+    # few hundred bytes are ~50-100 MB per batch, within the default driver memory on 2 cores,
+    # and large enough that the fixed cost of a micro-batch stays small beside it.
+    max_offsets_per_trigger: int | None = 200_000
     fail_on_data_loss: bool = True
     connection: str | None = None
     partitions: int = 3

@@ -53,21 +53,24 @@ def _files(spark: SparkSession, pipeline: Pipeline, home: WeirHome, source: File
 
 
 def _kafka(spark: SparkSession, pipeline: Pipeline, home: WeirHome, source: KafkaSource) -> DataFrame:
-    """Records of the pipeline's topic; `(source, position)` is `kafka://topic/partition` and the
-    offset. The brokers are checked first, so an unreachable cluster or a missing topic fails the
-    start with a clear message instead of a hang (the restart policy takes it from there)."""
+    """Records of the pipeline's topic; `(source, position)` is `kafka://topic/partition@topic-id`
+    (`kafka.record_source`) and the offset, so a recreated topic's records are not taken for the
+    old ones. The brokers are checked first, so an unreachable cluster, a missing topic or a
+    recreated one fails the start with a clear message instead of a hang or a silent skip."""
     conn = kafka.connection(source, home=home)
-    count = kafka.partitions(conn, source.topic)
+    topic = kafka.describe_topic(conn, source.topic)
+    kafka.check_topic(home, pipeline, topic)
     options = kafka.source_options(home, pipeline, source, conn)
-    log.info("%s reads Kafka topic %s (%d partitions) from %s, max %s offsets per batch",
-             pipeline.name, source.topic, count, conn.describe(),
+    log.info("%s reads Kafka topic %s (id %s, %d partitions) from %s, max %s offsets per batch",
+             pipeline.name, source.topic, topic.topic_id, topic.partitions, conn.describe(),
              source.max_offsets_per_trigger or "all")
     records = spark.readStream.format("kafka").options(**options).load()
     return bronze_columns(
         records,
         value=F.expr("make_valid_utf8(CAST(value AS STRING))"),
         raw_bytes=F.when(~F.expr("is_valid_utf8(value)"), F.col("value")),
-        source=F.format_string("kafka://%s/%d", F.col("topic"), F.col("partition")),
+        source=F.format_string("kafka://%s/%d@%s", F.col("topic"), F.col("partition"),
+                               F.lit(topic.topic_id)),
         position=F.col("offset"),
         topic=F.col("topic"),
         partition=F.col("partition").cast("long"),

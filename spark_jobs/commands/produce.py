@@ -4,8 +4,12 @@ record per line (bad and duplicate lines included, as a real feed would send the
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from pathlib import Path
 
+from spark_jobs import catalog, kafka
+from spark_jobs.catalog import KafkaSource
 from spark_jobs.commands import pipeline_arg
 from spark_jobs.errors import UserError
 
@@ -21,7 +25,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _files(source: Path) -> list[Path]:
-
     if source.is_file():
         return [source]
     if not source.is_dir():
@@ -34,14 +37,8 @@ def _files(source: Path) -> list[Path]:
 
 
 def handle(args: argparse.Namespace) -> int:
-    import json
-    import sys
-
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    from spark_jobs import catalog, kafka
-    from spark_jobs.catalog import KafkaSource
 
     pipeline = catalog.load(args.pipeline)
     source = pipeline.source

@@ -90,12 +90,12 @@ def driver_env(home: WeirHome, conf: Path) -> dict[str, str]:
 class Driver:
     """`python -m spark_jobs.stream playback_kafka` in its own process group, logging to a file."""
 
-    def __init__(self, home: WeirHome, conf: Path, *args: str) -> None:
+    def __init__(self, home: WeirHome, conf: Path, *args: str, env: dict[str, str] | None = None) -> None:
         self.log = home.root / "driver.log"
         with open(self.log, "ab") as out:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "spark_jobs.stream", "playback_kafka", *args],
-                env=driver_env(home, conf), stdout=out, stderr=subprocess.STDOUT,
+                env={**driver_env(home, conf), **(env or {})}, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True, cwd=REPO_ROOT)
 
     def alive(self) -> bool:
@@ -183,3 +183,43 @@ def topic_records(conn: KafkaConnection, topic: str) -> dict[tuple[str, int, int
         return out
     finally:
         consumer.close()
+
+
+def recreate_topic(conn: KafkaConnection, topic: str, partition_count: int, timeout_s: float = 120) -> None:
+    """Delete `topic` and create it again (a new topic id, offsets from 0), as an operator
+    re-creating a topic would; waits out the broker's asynchronous deletion."""
+    from confluent_kafka.admin import AdminClient
+
+    from spark_jobs.kafka import ensure_topic, partitions
+    from spark_jobs.kafka.connection import KafkaUnavailableError
+
+    admin = AdminClient(conn.client_config())
+    admin.delete_topics([topic], operation_timeout=30)[topic].result(30)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            partitions(conn, topic, 5)
+        except KafkaUnavailableError:
+            break
+        assert time.monotonic() < deadline, f"topic {topic} still listed after its deletion"
+        time.sleep(0.5)
+    while True:
+        try:
+            ensure_topic(conn, topic, partition_count, 10)
+            return
+        except Exception:  # still marked for deletion on the controller: try again
+            assert time.monotonic() < deadline, f"topic {topic} could not be created again"
+            time.sleep(0.5)
+
+
+def command_lines_holding(secret: str) -> list[str]:
+    """The command lines of this machine's processes (what `ps` shows) that contain `secret`."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # the process ended meanwhile
+            continue
+        if secret in text:
+            found.append(text[:300])
+    return found

@@ -1,5 +1,5 @@
 """Kafka settings without a broker: security from the environment or an Airflow connection and
-never shown, starting points for resets, lag per partition from a progress."""
+never shown, starting points for resets, the pinned topic id, lag per partition from a progress."""
 
 from __future__ import annotations
 
@@ -100,3 +100,25 @@ def test_lag_is_latest_minus_processed_per_partition() -> None:
     assert kafka_lag([progress]) == (62, {"playback-0": 60, "playback-1": 0, "playback-2": 2})
     assert kafka_lag([{"description": "FileStreamSource[/landing]",
                        "endOffset": {"logOffset": 3}}]) == (None, None)
+
+
+def test_the_checkpoint_pins_its_topic_id_and_refuses_a_recreated_topic(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from spark_jobs import topology
+    from tests.kafka.harness import kafka_pipeline
+
+    home = WeirHome(tmp_path)
+    pipeline = kafka_pipeline("playback", "k:9092")
+    old, new = kafka.TopicInfo("playback", "id-old", 3), kafka.TopicInfo("playback", "id-new", 3)
+    kafka.check_topic(home, pipeline, old)          # fresh checkpoint: pins the topic's id
+    kafka.check_topic(home, pipeline, new)          # still fresh (nothing read): pins again
+    (topology.checkpoint_location(home, pipeline, "ingest") / "offsets").mkdir(parents=True)
+    (topology.checkpoint_location(home, pipeline, "ingest") / "offsets" / "0").write_text("v1\n")
+    kafka.check_topic(home, pipeline, new)          # started on the pinned topic: fine
+    with pytest.raises(kafka.TopicRecreatedError,
+                       match=r"id id-new, now id-old.*weir checkpoint reset playback_kafka --from earliest"):
+        kafka.check_topic(home, pipeline, old)
+    pin = home.checkpoints(pipeline.name) / kafka.TOPIC_PIN
+    assert json.loads(pin.read_text())["topic_id"] == "id-new"
+    pin.unlink()                                     # a checkpoint from before pins: adopts
+    kafka.check_topic(home, pipeline, old)
+    assert json.loads(pin.read_text())["topic_id"] == "id-old"

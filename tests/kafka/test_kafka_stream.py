@@ -8,9 +8,11 @@ import dataclasses
 import datetime as dt
 import json
 import random
+import re
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -19,14 +21,17 @@ from spark_jobs import kafka, stream
 from spark_jobs.control.progress import kafka_lag
 from spark_jobs.generator import BAD_LINES, Written, generate
 from spark_jobs.home import WeirHome
+from spark_jobs.kafka import KafkaConnection
 from tests.helpers import assert_exactly_once, table
 from tests.kafka.harness import (
     Broker,
     Driver,
+    command_lines_holding,
     delta_row_count,
     delta_version,
     driver_env,
     kafka_pipeline,
+    recreate_topic,
     topic_records,
     wait_for,
     write_catalog,
@@ -37,15 +42,17 @@ PIPELINE = "playback_kafka"
 
 
 def assert_layers_exact(spark, home: WeirHome, records: dict[tuple[str, int, int], str],  # type: ignore[no-untyped-def]
-                        event_ids: set[str]) -> None:
+                        event_ids: set[str], conn: KafkaConnection) -> None:
     """Bronze holds every broker record once, silver every valid event once, quarantine every
-    bad record once."""
+    bad record once (by its identity: topic, partition and topic id, offset)."""
     pipeline = kafka_pipeline("unused", "unused")
     bronze = table(spark, home.table("bronze", pipeline.events_table))
     assert_exactly_once(bronze, ("topic", "partition", "offset"), set(records), "bronze")
     assert_exactly_once(table(spark, home.table("silver", pipeline.events_table)), ("event_id",),
                         event_ids, "silver")
-    bad = {(f"kafka://{t}/{p}", o) for (t, p, o), value in records.items() if value in BAD_LINES}
+    ids = {t: kafka.describe_topic(conn, t).topic_id for t, _, _ in records}
+    bad = {(kafka.record_source(t, p, ids[t]), o) for (t, p, o), value in records.items()
+           if value in BAD_LINES}
     assert_exactly_once(table(spark, home.table("quarantine", pipeline.events_table)),
                         ("source", "position"), bad, "quarantine")
 
@@ -59,21 +66,28 @@ def test_kill9_driver_mid_stream_then_restart_every_offset_once(
         spark, home: WeirHome, broker: Broker, topic: str, tmp_path: Path) -> None:
     written = generate(tmp_path / "feed", files=2, sessions_per_file=8, seed=11)
     conf = write_catalog(tmp_path / "conf", topic, broker.bootstrap, max_offsets_per_trigger=60)
+    # A secret in the environment, as a deploy passes one: the Java client takes it (unused on
+    # PLAINTEXT); it must never reach a command line or a log.
+    secret = {"WEIR_KAFKA_SSL_TRUSTSTORE_PASSWORD": f"canary-{uuid.uuid4().hex}"}
     produced = subprocess.run(
         [sys.executable, "-m", "spark_jobs.cli", "produce", PIPELINE, "--from", str(tmp_path / "feed"),
-         "--json"], env=driver_env(home, conf), capture_output=True, text=True, timeout=300)
+         "--json"], env={**driver_env(home, conf), **secret}, capture_output=True, text=True, timeout=300)
     assert produced.returncode == 0, produced.stderr
     assert json.loads(produced.stdout)["records"] == written.lines
     records = topic_records(broker.connection, topic)
     assert len(records) == written.lines and written.bad_lines and written.duplicate_lines
 
     bronze = home.table("bronze", "playback_kafka_events")
-    driver = Driver(home, conf)
+    driver = Driver(home, conf, env=secret)
     try:
         wait_for(lambda: delta_version(bronze) >= 1, 900, "the first bronze batch", driver)
+        assert command_lines_holding(secret["WEIR_KAFKA_SSL_TRUSTSTORE_PASSWORD"]) == []
         time.sleep(random.uniform(0, 3))  # then mid-way through a later batch
     finally:
         driver.kill9()
+    leaked = [str(p) for p in home.root.rglob("*") if p.is_file() and p.suffix != ".parquet"
+              and secret["WEIR_KAFKA_SSL_TRUSTSTORE_PASSWORD"].encode() in p.read_bytes()]
+    assert leaked == [], f"the secret was written to {leaked}"
     ingested = delta_row_count(bronze)
     assert ingested < len(records), "the kill came after the whole topic was ingested"
 
@@ -86,7 +100,7 @@ def test_kill9_driver_mid_stream_then_restart_every_offset_once(
     finally:
         time.sleep(1)  # listener events are delivered asynchronously
         spark.streams.removeListener(listener)
-    assert_layers_exact(spark, home, records, written.event_ids)
+    assert_layers_exact(spark, home, records, written.event_ids, broker.connection)
 
     # A batch replayed from the offset log reports no latest offset, hence no lag; every other
     # batch reports all three partitions, the bounded batches a backlog, the last one none.
@@ -95,6 +109,10 @@ def test_kill9_driver_mid_stream_then_restart_every_offset_once(
     assert lags, "no Kafka progress with a latest offset was reported"
     assert all(lag.keys() == {f"{topic}-{p}" for p in range(3)} for lag in lags), lags
     assert sum(lags[-1].values()) == 0, f"lag after the last batch: {lags[-1]}"
+    # Progress counts Kafka records, each batch bounded by maxOffsetsPerTrigger (issue 11).
+    rows = [s["numInputRows"] for p in progress for s in p["sources"]
+            if str(s.get("description", "")).startswith("KafkaV2")]
+    assert max(rows) <= 60 and sum(rows) >= len(records) - ingested, rows
 
 
 class ProgressRecorder:
@@ -144,7 +162,7 @@ def test_broker_restart_while_streaming_recovers_losing_and_doubling_nothing(
     finally:
         code = driver.terminate()
     assert code == 0, driver.tail()
-    assert_layers_exact(spark, home, records, events)
+    assert_layers_exact(spark, home, records, events, broker.connection)
 
 
 def test_unreachable_broker_or_missing_topic_fails_the_start_clearly(
@@ -226,3 +244,88 @@ def test_reset_to_a_timestamp_starts_a_fresh_checkpoint_there(
     # The checkpoint now has offsets: the reset is used up and the catalog's start applies again.
     assert kafka.starting_point(home, pipeline, pipeline.source) == {"startingOffsets": "earliest"}
     assert not (home.checkpoints(pipeline.name) / kafka.RESET_MARKER).exists()
+
+
+def test_recreated_topic_refuses_to_start_and_a_reset_ingests_its_records_as_new(
+        spark, home: WeirHome, broker: Broker, topic: str, tmp_path: Path) -> None:
+    """Issue 12, scenario 9: a topic deleted and recreated restarts its offsets at 0; its records
+    must not be taken for the old topic's records at the same offsets."""
+    conn = broker.connection
+    kafka.ensure_topic(conn, topic, 2)
+    old = generate(tmp_path / "a", files=1, sessions_per_file=4, seed=51, prefix="a", bad_ratio=0.1)
+    produce_files(broker, topic, old)
+    old_records = topic_records(conn, topic)
+    old_id = kafka.describe_topic(conn, topic).topic_id
+    pipeline = kafka_pipeline(topic, broker.bootstrap)
+    stream.run(pipeline, once=True, home=home, spark=spark)
+
+    recreate_topic(conn, topic, 2)
+    new = generate(tmp_path / "b", files=1, sessions_per_file=2, seed=53, prefix="b", bad_ratio=0.1)
+    produce_files(broker, topic, new)
+    new_records = topic_records(conn, topic)
+    new_id = kafka.describe_topic(conn, topic).topic_id
+    assert new_id != old_id
+    assert set(new_records) & set(old_records), "the new offsets must overlap the old ones"
+    assert old.bad_lines and new.bad_lines and old.event_ids.isdisjoint(new.event_ids)
+
+    # The old checkpoint's offsets mean nothing on the new topic: the start refuses, loudly.
+    command = f"weir checkpoint reset {pipeline.name} --from earliest --yes"
+    with pytest.raises(kafka.TopicRecreatedError, match=re.escape(command)):
+        stream.run(pipeline, once=True, home=home, spark=spark)
+    assert table(spark, home.table("bronze", pipeline.events_table)).count() == len(old_records)
+
+    # The documented way out, as on-call runs it.
+    conf = write_catalog(tmp_path / "conf", topic, broker.bootstrap)
+    reset = subprocess.run([sys.executable, "-m", "spark_jobs.cli", *command.split()[1:]],
+                           env=driver_env(home, conf), capture_output=True, text=True, timeout=300)
+    assert reset.returncode == 0, reset.stderr
+    stream.run(pipeline, once=True, home=home, spark=spark)
+
+    def identities(records: dict[tuple[str, int, int], str], topic_id: str,
+                   bad: bool = False) -> set[tuple[str, int]]:
+        return {(kafka.record_source(t, p, topic_id), o) for (t, p, o), value in records.items()
+                if not bad or value in BAD_LINES}
+
+    expected = identities(old_records, old_id) | identities(new_records, new_id)
+    assert len(expected) == len(old_records) + len(new_records)
+    assert_exactly_once(table(spark, home.table("bronze", pipeline.events_table)),
+                        ("source", "position"), expected, "bronze")
+    assert_exactly_once(table(spark, home.table("silver", pipeline.events_table)), ("event_id",),
+                        old.event_ids | new.event_ids, "silver")
+    assert_exactly_once(table(spark, home.table("quarantine", pipeline.events_table)),
+                        ("source", "position"),
+                        identities(old_records, old_id, True) | identities(new_records, new_id, True),
+                        "quarantine")
+
+
+def test_running_stream_stops_loudly_when_its_topic_is_recreated(
+        home: WeirHome, broker: Broker, topic: str, tmp_path: Path) -> None:
+    """A running driver whose topic is deleted and recreated fails (Spark's failOnDataLoss: the
+    offsets went backwards); its restart refuses with the reset to run, reading nothing."""
+    conn = broker.connection
+    kafka.ensure_topic(conn, topic, 2)
+    old = generate(tmp_path / "a", files=1, sessions_per_file=4, seed=61, prefix="a", bad_ratio=0)
+    produce_files(broker, topic, old)
+    conf = write_catalog(tmp_path / "conf", topic, broker.bootstrap)
+    bronze = home.table("bronze", "playback_kafka_events")
+    driver = Driver(home, conf)
+    try:
+        wait_for(lambda: delta_row_count(bronze) >= old.lines, 900, "the old topic ingested", driver)
+        recreate_topic(conn, topic, 2)
+        new = generate(tmp_path / "b", files=1, sessions_per_file=1, seed=62, prefix="b", bad_ratio=0)
+        produce_files(broker, topic, new)
+        wait_for(lambda: not driver.alive(), 300, "the driver to fail on the recreated topic")
+    finally:
+        code = driver.terminate()
+    assert code != 0, driver.tail()
+    assert "failOnDataLoss" in driver.log.read_text(errors="replace"), driver.tail()
+
+    restarted = Driver(home, conf)
+    try:
+        wait_for(lambda: not restarted.alive(), 600, "the restarted driver to refuse")
+    finally:
+        code = restarted.terminate()
+    assert code != 0
+    assert (f"run `weir checkpoint reset {PIPELINE} --from earliest --yes`"
+            in restarted.log.read_text(errors="replace")), restarted.tail()
+    assert delta_row_count(bronze) == old.lines
