@@ -36,10 +36,17 @@ class Field:
 
 @dataclass(frozen=True)
 class FileSource:
-    """JSON-lines files dropped (complete, by rename) into `WEIR_HOME/landing/<pipeline>/`."""
+    """JSON-lines files dropped (complete, by rename) into `WEIR_HOME/landing/<pipeline>/`, read
+    by Weir's landing reader (`spark_jobs.landing`): line by line, never a whole file in memory.
+
+    A micro-batch takes at most `max_bytes_per_trigger` bytes of input (a larger file spans
+    several batches), and at most `max_files_per_trigger` files when that is set; one task reads
+    at most `max_bytes_per_partition`. Memory is bounded by these, never by the input's size."""
 
     kind: Literal["files"] = "files"
+    max_bytes_per_trigger: int = 64 << 20
     max_files_per_trigger: int | None = None
+    max_bytes_per_partition: int = 16 << 20
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,8 @@ def build_session(app_name: str, *, master: str | None = None,
 def register_functions(spark: SparkSession) -> None:
     """Weir's own SQL functions (compiled from infra/jvm by `make setup`), which the shared
     transforms call by name."""
+    from spark_jobs.landing import LandingDataSource
     from spark_jobs.transforms import JSON_LINE_REASON
 
     spark.udf.registerJavaFunction(JSON_LINE_REASON, "weir.JsonLineReason", "string")
+    spark.dataSource.register(LandingDataSource)

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
 
-from spark_jobs import kafka
+from spark_jobs import kafka, landing, landing_manifest
 from spark_jobs.catalog import FileSource, KafkaSource
+from spark_jobs.topology import checkpoint_location
 from spark_jobs.transforms import BRONZE_SCHEMA
 
 if TYPE_CHECKING:
@@ -31,25 +32,22 @@ def read_stream(spark: SparkSession, pipeline: Pipeline, home: WeirHome) -> Data
 
 
 def _files(spark: SparkSession, pipeline: Pipeline, home: WeirHome, source: FileSource) -> DataFrame:
-    """Whole files from the landing folder, split into numbered lines. Files whose name starts
-    with `.` or `_` are ignored, so writers write there and rename when complete."""
-    landing = home.landing(pipeline.name)
-    landing.mkdir(parents=True, exist_ok=True)
-    reader = spark.readStream.format("text").option("wholetext", "true")
+    """Lines of the landing folder's files (`spark_jobs.landing`): `source` names the file and
+    its content digest, `position` is the line's byte offset in the file. Files whose name starts
+    with `.` or `_` are ignored, so writers write there and rename when complete. The reader's
+    manifest of discovered files lives in the ingest checkpoint, so it is backed up, restored and
+    reset with it."""
+    landing_dir = home.landing(pipeline.name)
+    landing_dir.mkdir(parents=True, exist_ok=True)
+    manifest = landing_manifest.manifest_dir(checkpoint_location(home, pipeline, "ingest"))
+    reader = (spark.readStream.format(landing.NAME)
+              .option("manifest", str(manifest))
+              .option("maxBytesPerTrigger", str(source.max_bytes_per_trigger))
+              .option("maxBytesPerPartition", str(source.max_bytes_per_partition)))
     if source.max_files_per_trigger:
-        reader = reader.option("maxFilesPerTrigger", source.max_files_per_trigger)
-    files = reader.load(str(landing)).select(
-        F.col("_metadata.file_path").alias("source"),
-        F.split(F.col("value"), "\n").alias("lines"),
-    )
-    lines = files.select("source", F.size("lines").alias("n"), F.posexplode("lines").alias("i", "line"))
-    lines = lines.where(~((F.col("i") == F.col("n") - 1) & (F.col("line") == "")))
-    return bronze_columns(
-        lines,
-        value=F.regexp_replace("line", "\r$", ""),
-        source=F.col("source"),
-        position=(F.col("i") + 1).cast("long"),
-    )
+        reader = reader.option("maxFilesPerTrigger", str(source.max_files_per_trigger))
+    return bronze_columns(reader.load(str(landing_dir)), value=F.col("value"), source=F.col("source"),
+                          position=F.col("position"), raw_bytes=F.col("raw"))
 
 
 def _kafka(spark: SparkSession, pipeline: Pipeline, home: WeirHome, source: KafkaSource) -> DataFrame:

@@ -8,8 +8,8 @@ old generations too.
 
 A reset starts the ingest query from a source position:
 - files: `earliest` = every landing file; `latest` = only files arriving from now on;
-  a TIMESTAMP = files modified after it. The new checkpoint is pre-seeded with a batch 0 that
-  lists the files to skip as already seen, which is exactly how Spark's file source remembers;
+  a TIMESTAMP = files modified after it (the one place a modification time decides, because
+  on-call asks for it). The new checkpoint's landing manifest is seeded with the files to skip;
 - Kafka: an empty checkpoint plus the starting point recorded by `kafka.record_reset`
   (startingOffsets / startingTimestamp), which the source applies to a fresh checkpoint.
 Downstream queries (gold reads silver) start fresh: they re-read their Delta source from its
@@ -23,14 +23,12 @@ import json
 import logging
 import os
 import shutil
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs import topology
-from spark_jobs.checkpoints import layout
+from spark_jobs import landing_manifest, topology
 
 if TYPE_CHECKING:
     from spark_jobs.catalog import Pipeline
@@ -38,13 +36,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 GENERATION_FILE = "generation.json"
-# Settings pinned into a seeded offsets log when no earlier one exists to copy them from.
-DEFAULT_PINNED = {
-    "spark.sql.streaming.stateStore.providerClass":
-        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-}
-
-
 class ResetFromError(ValueError):
     """`--from` is not earliest, latest or a time."""
 
@@ -152,31 +143,15 @@ def plan_reset(home: WeirHome, pipeline: Pipeline, reset_from: str) -> ResetPlan
 
 
 def stage_reset(home: WeirHome, pipeline: Pipeline, plan: ResetPlan, staged: Path) -> None:
-    """Build the reset generation in `staged`: the ingest query seeded at the plan's position,
-    every other query absent (it starts fresh)."""
+    """Build the reset generation in `staged`: the ingest query's landing manifest seeded at the
+    plan's position (the skipped files behind its start), every other query absent (it starts
+    fresh). An empty checkpoint reads files from the start, and Kafka from its recorded marker."""
     if plan.source != "files" or not plan.skipped_files:
-        return                           # empty checkpoint: files from the start, Kafka via marker
-    ingest = staged / "ingest"
-    previous = topology.checkpoint_location(home, pipeline, "ingest")
-    found = layout.last_readable(previous / "offsets")
-    conf = dict(DEFAULT_PINNED)
-    conf["spark.sql.shuffle.partitions"] = str(pipeline.shuffle_partitions)
-    if found is not None:
-        try:
-            conf = layout.read_offsets(previous, found[0]).conf or conf
-        except (layout.LogFileError, ValueError):
-            pass
-    now_ms = int(time.time() * 1000)
-    entries = [{"path": Path(f).as_uri(), "timestamp": int(Path(f).stat().st_mtime * 1000), "batchId": 0}
-               for f in plan.skipped_files]
-    _write(ingest / "metadata", json.dumps({"id": str(uuid.uuid4())}))
-    _write(ingest / "sources" / "0" / "0", "v1\n" + "\n".join(json.dumps(e) for e in entries))
-    _write(ingest / "offsets" / "0", "v1\n" + json.dumps(
-        {"batchWatermarkMs": 0, "batchTimestampMs": now_ms, "conf": conf}) + "\n"
-        + json.dumps({"logOffset": 0}))
-    _write(ingest / "commits" / "0", "v1\n" + json.dumps({"nextBatchWatermarkMs": 0}))
-    log.info("%s reset from %s: %d landing file(s) marked as seen", pipeline.name, plan.reset_from,
-             len(entries))
+        return
+    landing_manifest.seed(landing_manifest.manifest_dir(staged / "ingest"), home.landing(pipeline.name),
+                 [Path(f) for f in plan.skipped_files])
+    log.info("%s reset from %s: %d landing file(s) marked as read", pipeline.name, plan.reset_from,
+             len(plan.skipped_files))
 
 
 def after_install(home: WeirHome, pipeline: Pipeline, plan: ResetPlan) -> None:
@@ -197,8 +172,3 @@ def stage_backup(backup: Path, staged: Path) -> None:
     for query in sorted(p.name for p in source.iterdir() if p.is_dir()):
         files = sorted(f.relative_to(source / query) for f in (source / query).rglob("*") if f.is_file())
         copy_files(source / query, staged / query, files)
-
-
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")

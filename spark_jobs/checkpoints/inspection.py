@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs import topology
+from spark_jobs import landing_manifest, topology
 from spark_jobs.checkpoints import layout
 from spark_jobs.checkpoints.generations import current_generation
 
@@ -32,10 +32,13 @@ KEY_SETTINGS = (
 
 def describe_source(query_dir: Path, index: int, offset: Any, committed: int | None) -> dict[str, Any]:
     """A source position in words: files seen, Kafka offsets per partition, a Delta version."""
-    if isinstance(offset, dict) and "logOffset" in offset:
-        files = layout.file_source_entries(query_dir, index, committed)
-        return {"kind": "files", "log_offset": offset["logOffset"], "files_seen": len(files),
-                "newest_file": max((f.get("path", "") for f in files), default=None)}
+    if isinstance(offset, dict) and {"manifest", "file", "byte"} <= offset.keys():
+        manifest = landing_manifest.read_entries(landing_manifest.manifest_dir(query_dir))
+        done = manifest[:int(offset["file"])]
+        return {"kind": "files", "files_seen": len(done) + (1 if offset["byte"] else 0),
+                "files_discovered": len(manifest),
+                "position": {"file": offset["file"], "byte": offset["byte"]},
+                "newest_file": done[-1].path if done else None}
     if isinstance(offset, dict) and "reservoirVersion" in offset:
         return {"kind": "delta", "table_id": offset.get("reservoirId"),
                 "version": offset.get("reservoirVersion"), "index": offset.get("index")}

@@ -103,32 +103,6 @@ def read_offsets(query: Path, batch: int) -> OffsetEntry:
                        {str(k): str(v) for k, v in (meta.get("conf") or {}).items()}, sources)
 
 
-def file_source_entries(query: Path, source_index: int, up_to_batch: int | None) -> list[dict[str, Any]]:
-    """Files the file source has seen (`sources/<i>/`), up to `up_to_batch`: the newest
-    `.compact` file holds everything before it, later plain files one batch each."""
-    folder = query / "sources" / str(source_index)
-    if not folder.is_dir():
-        return []
-    compacts, plain = [], []
-    for entry in folder.iterdir():
-        match = BATCH_FILE.match(entry.name)
-        if not match:
-            continue
-        batch = int(match.group(1))
-        if up_to_batch is not None and batch > up_to_batch:
-            continue
-        (compacts if match.group(2) else plain).append(batch)
-    start = max(compacts) if compacts else -1
-    files: list[dict[str, Any]] = []
-    names = ([f"{start}.compact"] if compacts else []) + [str(b) for b in sorted(plain) if b > start]
-    for name in names:
-        try:
-            files += [json.loads(line) for line in read_log_file(folder / name)]
-        except (LogFileError, OSError):
-            continue
-    return files
-
-
 def folder_size(folder: Path) -> tuple[int, int]:
     """(files, bytes) under `folder`."""
     count = size = 0
