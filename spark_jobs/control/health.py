@@ -8,8 +8,9 @@ Whether the lease holder still counts is `spark_jobs.control.liveness`'s judgeme
 Verdicts: `running`; `starting` (launched, no query progress reported yet); `stalled` (its lease
 expired while its process may still run, or its heartbeat stopped, or a micro-batch has run
 longer than the policy's `stall_after_s` with no Spark task finishing meanwhile, or it never
-finished starting); `stopping` (a stop was requested and it is still up); `dead` (it was launched or held the lease and is gone);
-`stopped` (intentionally stopped, nothing running); `absent` (never deployed).
+finished starting); `stopping` (a stop was requested and it is still up); `dead` (it was
+launched or held the lease and is gone); `stopped` (intentionally stopped, nothing running);
+`absent` (never deployed).
 """
 
 from __future__ import annotations
