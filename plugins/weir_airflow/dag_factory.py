@@ -19,6 +19,7 @@ from typing import Any
 from airflow.sdk import DAG, Param, get_current_context, task
 
 from spark_jobs import catalog
+from spark_jobs.control.stop import GRACEFUL_TIMEOUT_S
 from weir_airflow.callbacks import alert_on_failure, pipeline_tag
 from weir_airflow.operators import StreamRestartOperator, StreamStopOperator, StreamSupervisorOperator
 
@@ -57,7 +58,7 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
              description=f"Stop {name} at a batch boundary; it stays stopped until deployed again",
              render_template_as_native_obj=True,
              params={"reason": Param("", type="string", description="why the stream is stopped"),
-                     "graceful_timeout_s": Param(90, type="integer", minimum=1)},
+                     "graceful_timeout_s": Param(int(GRACEFUL_TIMEOUT_S), type="integer", minimum=1)},
              **common) as stop_dag:
         StreamStopOperator(task_id="stop", pipeline=name, reason="{{ params.reason }}",
                            graceful_timeout_s="{{ params.graceful_timeout_s }}")
