@@ -132,3 +132,34 @@ def test_a_paused_holder_is_taken_over_and_fenced(home: WeirHome, monkeypatch: p
     # the counter survives a release: the next holder's token is higher still
     with leases.acquire(home, "playback") as third:
         assert third.fencing_token == int(token) + 2
+
+
+def test_the_one_liveness_judgement() -> None:
+    """Gone when this host proves the process ended; expired when its own renewal is older than
+    the TTL, whatever /proc says (paused, other host, no /proc); live otherwise."""
+    from spark_jobs.control.liveness import Liveness, holder_may_commit, judge
+
+    assert judge(False, 0.0, 30) is Liveness.GONE
+    assert judge(True, 31.0, 30) is Liveness.EXPIRED          # alive in /proc, but silent: paused
+    assert judge(None, 31.0, 30) is Liveness.EXPIRED          # another host
+    assert judge(None, 5.0, 30) is Liveness.LIVE and judge(True, 5.0, 30) is Liveness.LIVE
+    # the holder stops trusting its lease before anyone may take it
+    assert holder_may_commit(23.9, 30) and not holder_may_commit(24.1, 30)
+
+
+def test_an_expired_holder_that_still_runs_is_stalled(home: WeirHome) -> None:
+    import dataclasses
+    import datetime as dt
+
+    from spark_jobs.control.health import assess
+
+    held = leases.acquire(home, "playback")
+    held._released.set()              # its keep-alive stops, as in a paused driver
+    old = leases.iso(leases.now_utc() - dt.timedelta(seconds=60))
+    leases.write_json_atomically(leases.lease_path(home, "playback"),
+                                 dataclasses.asdict(dataclasses.replace(held.record, renewed_at=old)))
+    health = assess(home, "playback", stall_after_s=60)
+    assert health.verdict == "stalled" and "not renewed for 60s" in health.detail, health
+    assert leases.holder(home, "playback") is None
+    with pytest.raises(leases.LeaseLostError, match="last renewed"):
+        held.check()
