@@ -116,7 +116,7 @@ def inline_airflow(workdir: Path) -> Iterator[Path]:
     os.environ.update(from_here)
     if str(REPO_ROOT / "plugins") not in sys.path:
         sys.path.insert(0, str(REPO_ROOT / "plugins"))
-    from weir_airflow.inline import spark_connection
+    from tests.support.inline import spark_connection
 
     os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = spark_connection(MASTER)
     try:
@@ -165,26 +165,25 @@ class InlineSupervision:
         self.watch: Any = None
 
     def deploy(self) -> None:
-        from weir_airflow.inline import expect_deferred
+        from tests.support.inline import expect_deferred
 
         self.follow(expect_deferred(self.operator.execute, self.context))
 
     def follow(self, deferred: Any) -> None:
         """The operator deferred: run its trigger from now on, as the triggerer would."""
-        from weir_airflow.inline import TriggerRun
+        from tests.support.inline import TriggerRun
 
         if self.watch is not None:
             self.watch.cancel()
         self.deferred, self.watch = deferred, TriggerRun(deferred.trigger)
 
     def kill_and_recover(self, index: int, timeout_s: float) -> tuple[Kill, Any]:
-        from weir_airflow.inline import resume_until, wait_running
-
         from spark_jobs.control import lease as leases
         from spark_jobs.control.deploy_gate import code_fingerprint
         from spark_jobs.control.driver import read_launch
-        from spark_jobs.control.polling import wait_for
         from spark_jobs.generator import generate
+        from tests.support.inline import resume_until, wait_running
+        from tests.support.polling import wait_for
 
         wait_running(self.home, PIPELINE, timeout_s)
         if self.watch.done():
@@ -294,12 +293,12 @@ def measure(*, quick: bool = False, workdir: Path, kills: int | None = None) -> 
     started = time.monotonic()
     load_before = os.getloadavg()
     with inline_airflow(workdir) as root:
-        from weir_airflow.inline import SMALL_DRIVER_CONF, task_context, tear_down
         from weir_airflow.operators import StreamSupervisorOperator
 
-        from spark_jobs.control.polling import WaitTimeout, wait_for
         from spark_jobs.generator import generate
         from spark_jobs.home import WeirHome
+        from tests.support.inline import SMALL_DRIVER_CONF, task_context, tear_down
+        from tests.support.polling import WaitTimeout, wait_for
 
         home = WeirHome(root)
         written = generate(home.landing(PIPELINE), files=2, sessions_per_file=4 if quick else 8,

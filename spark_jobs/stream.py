@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from spark_jobs import catalog, queries, transforms
 from spark_jobs.control import progress
+from spark_jobs.control.lease import fence
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables, ensure_tables, read_dimension
 from spark_jobs.quality import rules as row_rules
@@ -82,6 +83,7 @@ class IngestBatch:
         self.rules = row_rules.of(pipeline.name)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        fence(self.pipeline.name)
         p, t = self.pipeline, self.tables
         started = time.monotonic()
         batch = batch.persist()
@@ -105,8 +107,10 @@ class IngestBatch:
                 # checks); a local checkpoint makes it a leaf nothing else can touch.
                 first["silver rows"] = lambda: transforms.silver(
                     parsed, read_dimension(batch.sparkSession, t), p).localCheckpoint()
+            fence(p.name)
             done = run_concurrently(first, what=f"{p.name} ingest batch {batch_id}")
             if summary.dates:
+                fence(p.name)
                 insert_new(done["silver rows"], t.silver, (p.key,),
                            prune=in_list("event_date", summary.dates))
             log.info("%s ingest batch %d: %d source(s), %d reject(s), %d date(s) written in %.1fs",
@@ -139,9 +143,11 @@ class GoldBatch:
         self.tables = tables
 
     def __call__(self, windows: DataFrame, batch_id: int) -> None:
+        fence(self.pipeline.name)
         windows = windows.localCheckpoint()   # a stable MERGE source, see IngestBatch
         dates = [row[0] for row in windows.select("event_date").distinct().collect()]
         if dates:
+            fence(self.pipeline.name)
             upsert(windows, self.tables.gold, transforms.gold_key(self.pipeline),
                    prune=in_list("event_date", dates))
         log.info("%s gold batch %d: %d date(s) updated", self.pipeline.name, batch_id, len(dates))
@@ -260,13 +266,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--once", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from spark_jobs.control.lease import LeaseHeldError
+    from spark_jobs.control.lease import LeaseHeldError, LeaseLostError
 
     try:
         run(catalog.load(args.pipeline), once=args.once, stop=stop_on_signals())
     except LeaseHeldError as err:
         log.error("refusing to start: %s", err)
         return 3
+    except LeaseLostError as err:
+        log.error("FENCED: %s; another driver holds the pipeline, this one committed nothing since", err)
+        return 4
     return 0
 
 

@@ -1,5 +1,5 @@
 """Assertions shared by the exactly-once tests: count == distinct == expected, with the
-differences printed both ways when they fail; and the one poll loop (`wait_for`)."""
+differences printed both ways when they fail."""
 
 from __future__ import annotations
 
@@ -8,9 +8,7 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_jobs.control.polling import wait_for
-
-__all__ = ["assert_exactly_once", "table", "wait_for"]
+__all__ = ["assert_exactly_once", "table"]
 
 
 def table(spark: SparkSession, path: Path) -> DataFrame:

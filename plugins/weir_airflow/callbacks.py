@@ -12,15 +12,31 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
+PIPELINE_TAG = "pipeline:"
+
+
+def pipeline_tag(name: str) -> str:
+    """The tag that names a DAG's pipeline (the DAG id does not: `P_checkpoint_backup`)."""
+    return f"{PIPELINE_TAG}{name}"
+
+
+def pipeline_of(dag: Any, params: dict[str, Any]) -> str:
+    """The pipeline a DAG serves: its `pipeline:` tag, else a `pipeline` param, else "?"."""
+    for tag in sorted(getattr(dag, "tags", None) or ()):
+        if tag.startswith(PIPELINE_TAG):
+            return tag.removeprefix(PIPELINE_TAG)
+    return str(params.get("pipeline") or "?")
+
+
 def alert_on_failure(context: Any) -> None:
     from spark_jobs.control import eventlog
     from spark_jobs.home import WeirHome
 
     ti = context.get("ti") or context.get("task_instance")
-    dag_id = getattr(ti, "dag_id", None) or getattr(context.get("dag"), "dag_id", "?")
+    dag = context.get("dag") or getattr(getattr(ti, "task", None), "dag", None)
+    dag_id = getattr(ti, "dag_id", None) or getattr(dag, "dag_id", "?")
     task_id = getattr(ti, "task_id", "?")
-    params = context.get("params") or {}
-    pipeline = params.get("pipeline") or str(dag_id).rsplit("_", 1)[0]
+    pipeline = pipeline_of(dag, context.get("params") or {})
     error = context.get("exception")
     alert = {"at": dt.datetime.now(dt.UTC).isoformat(), "pipeline": pipeline, "dag_id": dag_id,
              "task_id": task_id, "run_id": getattr(context.get("dag_run"), "run_id", None),

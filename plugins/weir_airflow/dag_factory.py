@@ -20,7 +20,8 @@ from typing import Any
 from airflow.sdk import DAG, CronDataIntervalTimetable, Param, get_current_context, task
 
 from spark_jobs import catalog
-from weir_airflow.callbacks import alert_on_failure
+from spark_jobs.control.stop import GRACEFUL_TIMEOUT_S
+from weir_airflow.callbacks import alert_on_failure, pipeline_tag
 from weir_airflow.operators import StreamRestartOperator, StreamStopOperator, StreamSupervisorOperator
 
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -43,8 +44,9 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
         "default_args": {"owner": pipeline.owner, "retries": 0, "on_failure_callback": alert_on_failure},
     }
     dags: dict[str, DAG] = {}
+    tags = ["weir", name, pipeline_tag(name)]   # the alert callback reads the pipeline from its tag
 
-    with DAG(f"{name}_stream", schedule=None, max_active_runs=1, tags=["weir", name, "stream"],
+    with DAG(f"{name}_stream", schedule=None, max_active_runs=1, tags=[*tags, "stream"],
              description=f"Deploy and supervise {name}: {pipeline.description}",
              doc_md=__doc__, **common) as stream_dag:
         # Retries cover the supervisor dying with its scheduler or worker (a retry adopts the live
@@ -53,11 +55,11 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
                                  retry_delay=dt.timedelta(seconds=15))
     dags[stream_dag.dag_id] = stream_dag
 
-    with DAG(f"{name}_stop", schedule=None, max_active_runs=1, tags=["weir", name, "stream"],
+    with DAG(f"{name}_stop", schedule=None, max_active_runs=1, tags=[*tags, "stream"],
              description=f"Stop {name} at a batch boundary; it stays stopped until deployed again",
              render_template_as_native_obj=True,
              params={"reason": Param("", type="string", description="why the stream is stopped"),
-                     "graceful_timeout_s": Param(90, type="integer", minimum=1)},
+                     "graceful_timeout_s": Param(int(GRACEFUL_TIMEOUT_S), type="integer", minimum=1)},
              **common) as stop_dag:
         StreamStopOperator(task_id="stop", pipeline=name, reason="{{ params.reason }}",
                            graceful_timeout_s="{{ params.graceful_timeout_s }}")
@@ -65,7 +67,7 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
 
     from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 
-    with DAG(f"{name}_restart", schedule=None, max_active_runs=1, tags=["weir", name, "stream", "on-call"],
+    with DAG(f"{name}_restart", schedule=None, max_active_runs=1, tags=[*tags, "stream", "on-call"],
              description=f"On-call restart of {name} (with a reason; optionally from a checkpoint backup)",
              render_template_as_native_obj=True,
              params={
@@ -87,7 +89,7 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
     # at midnight covers the day that just ended, and `airflow backfill create --from-date X
     # --to-date Y` makes one run per date X..Y whose interval is that date.
     daily = CronDataIntervalTimetable("0 0 * * *", timezone="UTC")
-    with DAG(f"{name}_backfill", schedule=daily, max_active_runs=2, tags=["weir", name, "batch"],
+    with DAG(f"{name}_backfill", schedule=daily, max_active_runs=2, tags=[*tags, "batch"],
              description=f"Back-fill {name}: one run per event date (its data interval), then its DQ",
              params={"date": Param(None, type=["null", "string"], format="date",
                                    description="event date when triggered by hand (default: the day "
@@ -112,7 +114,7 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
         dq_of_day(backfill_day())
     dags[backfill_dag.dag_id] = backfill_dag
 
-    with DAG(f"{name}_dq", schedule="@hourly", max_active_runs=1, tags=["weir", name, "quality"],
+    with DAG(f"{name}_dq", schedule="@hourly", max_active_runs=1, tags=[*tags, "quality"],
              description=f"Expectations of {name} over its recent partitions", **common) as dq_dag:
 
         @task(task_id="dq", on_failure_callback=alert_on_failure)
@@ -126,7 +128,7 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
         dq_recent()
     dags[dq_dag.dag_id] = dq_dag
 
-    with DAG(f"{name}_checkpoint", schedule=None, max_active_runs=1, tags=["weir", name, "on-call"],
+    with DAG(f"{name}_checkpoint", schedule=None, max_active_runs=1, tags=[*tags, "on-call"],
              description=f"Checkpoint actions on {name} (inspect, backup, restore, reset, ...)",
              params={
                  "action": Param("inspect", enum=list(CHECKPOINT_ACTIONS)),
@@ -152,7 +154,7 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
     dags[checkpoint_dag.dag_id] = checkpoint_dag
 
     with DAG(f"{name}_checkpoint_backup", schedule="@hourly", max_active_runs=1,
-             tags=["weir", name, "checkpoint"],
+             tags=[*tags, "checkpoint"],
              description=f"Hourly checkpoint backup of {name}, keeping the newest {BACKUPS_KEPT}",
              **common) as backup_dag:
 
@@ -172,7 +174,7 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
         backup() >> prune()
     dags[backup_dag.dag_id] = backup_dag
 
-    with DAG(f"{name}_maintenance", schedule="@daily", max_active_runs=1, tags=["weir", name, "maintenance"],
+    with DAG(f"{name}_maintenance", schedule="@daily", max_active_runs=1, tags=[*tags, "maintenance"],
              description=f"OPTIMIZE and VACUUM (safe retention) of {name}'s silver and gold",
              **common) as maintenance_dag:
 

@@ -8,10 +8,10 @@ import logging
 from typing import Any
 
 from spark_jobs.control.driver import REPO_ROOT
+from spark_jobs.control.maintenance import SAFE_RETENTION_HOURS
 
 log = logging.getLogger(__name__)
 CLI_ENTRY = REPO_ROOT / "spark_jobs" / "cli.py"
-MAINTENANCE_RETENTION_HOURS = 168
 RECENT_DAYS = 2
 
 
@@ -81,5 +81,5 @@ def checkpoint_action(pipeline: str, action: str, *, backup_id: str | None = Non
 def maintain(pipeline: str, actor: str = "airflow") -> None:
     """OPTIMIZE and VACUUM (safe retention) of silver and gold through Spark; event-logged by
     `weir maintain` itself."""
-    submit_cli(pipeline, ["maintain", pipeline, "--retain-hours", str(MAINTENANCE_RETENTION_HOURS),
+    submit_cli(pipeline, ["maintain", pipeline, "--retain-hours", str(SAFE_RETENTION_HOURS),
                           "--actor", actor])

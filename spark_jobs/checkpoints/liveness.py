@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -39,20 +37,9 @@ def running_driver(home: WeirHome, pipeline: str) -> str | None:
     return f"driver pid {record.pid} on {record.host} (lease taken {record.acquired_at})"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def live_leases(home: WeirHome, pipeline: str) -> list[LiveLease]:
-    """Every lease-like file under the pipeline's control folder whose holder is alive: the
-    lease itself (judged by the control plane) and any stray `*lease*.json` copy (judged by pid
-    on this host)."""
+    """Every lease-like file under the pipeline's control folder whose holder is alive, as the
+    control plane judges a lease: the lease itself and any stray `*lease*.json` copy."""
     from spark_jobs.control import lease
 
     folder = home.control(pipeline)
@@ -62,14 +49,13 @@ def live_leases(home: WeirHome, pipeline: str) -> list[LiveLease]:
     found: list[LiveLease] = []
     for path in sorted(folder.glob("*lease*.json")):
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            pid, host = int(data["pid"]), str(data["host"])
+            record = lease.LeaseRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError, KeyError, TypeError):
             continue
         if path == official:
             alive = lease.holder(home, pipeline) is not None
         else:
-            alive = host == socket.gethostname() and _pid_alive(pid)
+            alive = not lease.is_stale(record)  # the control plane's one judgement, on the copy
         if alive:
-            found.append(LiveLease(path, pid, host))
+            found.append(LiveLease(path, record.pid, record.host))
     return found

@@ -7,9 +7,8 @@ from __future__ import annotations
 import argparse
 
 from spark_jobs.commands import pipeline_arg
+from spark_jobs.control.maintenance import SAFE_RETENTION_HOURS
 from spark_jobs.errors import UserError
-
-SAFE_RETENTION_HOURS = 168
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from spark_jobs.commands import pipeline_arg
+from spark_jobs.control.stop import GRACEFUL_TIMEOUT_S
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -13,7 +14,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description=__doc__)
     p.add_argument("pipeline", type=pipeline_arg)
     p.add_argument("--reason", help="why (written to the event log)")
-    p.add_argument("--timeout", type=float, default=90.0, help="seconds before SIGTERM, then SIGKILL")
+    p.add_argument("--timeout", type=float, default=GRACEFUL_TIMEOUT_S,
+                   help="seconds before SIGTERM, then SIGKILL")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=handle)
 
@@ -29,12 +31,10 @@ def handle(args: argparse.Namespace) -> int:
     actor = eventlog.default_actor()
     outcome = stop_driver(home, args.pipeline, actor=actor, reason=args.reason,
                           graceful_timeout_s=args.timeout)
-    eventlog.record(args.pipeline, "stop", outcome.outcome, actor=actor, reason=args.reason,
-                    details={"driver_pid": outcome.driver_pid, "seconds": round(outcome.seconds, 1)},
-                    home=home)
     summary = {"pipeline": args.pipeline, "outcome": outcome.outcome, "driver_pid": outcome.driver_pid,
                "seconds": round(outcome.seconds, 1)}
     print(json.dumps(summary) if args.json else
           f"{args.pipeline}: {outcome.outcome.replace('_', ' ')}"
           + (f" (driver pid {outcome.driver_pid}, {outcome.seconds:.1f}s)" if outcome.driver_pid else ""))
-    return 0
+    # A driver nobody saw end may still be there (fenced once its lease expires): not a success.
+    return 1 if outcome.outcome == "unconfirmed" else 0

@@ -2,11 +2,15 @@
 `control/<P>/` — no JVM, no Airflow: the deferrable trigger, the operator and `weir status` all
 call `assess`.
 
-Verdicts: `running`; `starting` (launched, no query progress reported yet); `stalled` (alive but
-its heartbeat stopped, or a micro-batch has run longer than the policy's `stall_after_s` with no
-Spark task finishing meanwhile, or it never finished starting); `stopping` (a stop was
-requested and it is still up); `dead` (it was launched or held the lease and is gone);
-`stopped` (intentionally stopped, nothing running); `absent` (never deployed).
+Whether the lease holder still counts is `spark_jobs.control.liveness`'s judgement, applied by
+`lease.liveness`; this module only adds what the heartbeat tells about a live holder.
+
+Verdicts: `running`; `starting` (launched, no query progress reported yet); `stalled` (its lease
+expired while its process may still run, or its heartbeat stopped, or a micro-batch has run
+longer than the policy's `stall_after_s` with no Spark task finishing meanwhile, or it never
+finished starting); `stopping` (a stop was requested and it is still up); `dead` (it was
+launched or held the lease and is gone); `stopped` (intentionally stopped, nothing running);
+`absent` (never deployed).
 """
 
 from __future__ import annotations
@@ -18,10 +22,10 @@ from spark_jobs.control import lease as leases
 from spark_jobs.control.driver import read_launch
 from spark_jobs.control.heartbeat import heartbeat_age_s, read_heartbeat, stop_request_path
 from spark_jobs.control.lease import now_utc, parse_iso
+from spark_jobs.control.liveness import Liveness, lease_ttl_s
 from spark_jobs.control.supervision import stopped_marker
 from spark_jobs.home import WeirHome
 
-HEARTBEAT_STALE_S = 30.0
 STARTUP_TIMEOUT_S = 600.0
 
 
@@ -39,14 +43,18 @@ def _age_s(text: str | None) -> float | None:
 
 
 def assess(home: WeirHome, pipeline: str, *, stall_after_s: float,
-           heartbeat_stale_s: float = HEARTBEAT_STALE_S,
+           heartbeat_stale_s: float | None = None,
            startup_timeout_s: float = STARTUP_TIMEOUT_S) -> Health:
+    """The verdict on `pipeline`'s driver; a heartbeat older than `heartbeat_stale_s` (default: the
+    lease TTL) from a live holder means it is stuck."""
+    heartbeat_stale_s = lease_ttl_s() if heartbeat_stale_s is None else heartbeat_stale_s
     record = leases.read(home, pipeline)
+    holder_state = leases.liveness(record) if record is not None else None
     launch = read_launch(home, pipeline)
     launch_alive = bool(launch and launch.process.alive())
     launch_pid = launch.pid if launch else None
     beat = read_heartbeat(home, pipeline)
-    if record is not None and not leases.is_stale(home, record):
+    if record is not None and holder_state is Liveness.LIVE:
         if beat is None or beat.get("token") != record.token:
             return Health("starting", "lease taken, no heartbeat yet", record.pid, launch_pid)
         age = heartbeat_age_s(beat) or 0.0
@@ -69,6 +77,10 @@ def assess(home: WeirHome, pipeline: str, *, stall_after_s: float,
             return Health("starting", "queries starting", record.pid, launch_pid, beat)
         return Health("running", "heartbeat fresh", record.pid, launch_pid, beat)
     marker = stopped_marker(home, pipeline)
+    if record is not None and holder_state is Liveness.EXPIRED and record.process.alive() is not False:
+        # Paused, hung or out of reach: fenced from committing, but possibly still there.
+        return Health("stalled", f"lease of pid {record.pid} on {record.host} not renewed for "
+                      f"{record.renewal_age_s():.0f}s", record.pid, launch_pid, beat)
     if record is not None:
         # The lease holder is gone (its spark-submit JVM may linger: it is cleaned up).
         verdict = "stopped" if marker and not launch_alive else "dead"

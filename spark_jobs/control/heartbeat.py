@@ -5,7 +5,9 @@ writes `control/<P>/heartbeat.json` (atomically: temp file + rename) with the dr
 per query, the last batch id, the time of the last progress and whether a trigger is running and
 since when — what the supervisor needs to tell RUNNING from STALLED. The same thread polls
 `control/<P>/stop-request.json`: a request addressed to this driver sets the stop event, and the
-driver stops its queries at a batch boundary.
+driver stops its queries at a batch boundary. A driver that lost its lease (`Lease.lost`) writes
+no more heartbeats — the file is its successor's — and stops; leaving the monitor then raises
+`LeaseLostError`, so the driver exits non-zero whatever stopped its queries.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from spark_jobs.control import progress as progress_table
 from spark_jobs.control.lease import (
     Lease,
+    LeaseLostError,
     heartbeat_path,
     iso,
     now_utc,
@@ -107,6 +110,11 @@ class DriverMonitor:
             log.debug("%s: listener not removed", self.pipeline, exc_info=True)
         self._writer.close()
         self.state = "stopped"
+        if self.lease.lost is not None:
+            # Whatever ended the queries (a fenced batch failing them, or our own stop), this
+            # driver was fenced off: say so, and leave with an error.
+            raise LeaseLostError(f"{self.pipeline}: driver pid {os.getpid()} lost its lease "
+                                 f"(fencing token {self.lease.fencing_token}): {self.lease.lost}")
         self.beat()
 
     def watch(self, queries: list[StreamingQuery]) -> None:
@@ -178,6 +186,17 @@ class DriverMonitor:
 
     def _loop(self) -> None:
         while not self._closed.wait(self.every_s):
+            try:
+                self.lease.check()
+            except LeaseLostError:
+                pass  # recorded in `lease.lost`, handled below
+            except Exception:
+                log.exception("%s: lease check failed", self.pipeline)
+            if self.lease.lost is not None:
+                if self.stop is not None and not self.stop.is_set():
+                    self.state = "stopping"
+                    self.stop.set()
+                continue
             try:
                 self.beat()
                 request = stop_requested_for(self.home, self.lease)

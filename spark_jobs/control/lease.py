@@ -1,12 +1,14 @@
-"""The driver lease: one live driver per pipeline, never two on one checkpoint.
+"""The driver lease: one driver per pipeline may write its tables, fenced.
 
-A driver takes the lease (`control/<P>/lease.json`) before it starts a query and gives it back
-when it stops. Taking it happens under an exclusive `flock` on `lease.lock`, so two drivers
-starting together cannot both win. A lease is stale — and may be taken over — only when its
-holder is provably gone: on this host its pid (with the same kernel start time) no longer runs;
-on another host its heartbeat (which renews the lease) is older than the TTL. A live but silent
-driver on this host keeps its lease: the supervisor must kill it first, so a hung driver and its
-successor never overlap.
+A driver takes the lease (`control/<P>/lease.json`) before it starts a query, renews it while it
+runs (a keep-alive thread of `Lease`) and gives it back when it stops. Taking and renewing happen
+under an exclusive `flock` on `lease.lock`, so two drivers starting together cannot both win.
+Every acquisition gets the next fencing token (a counter kept in `fencing.json`, never reused).
+Whether a holder still counts is judged once, in `spark_jobs.control.liveness`: a lease may be
+taken over once its holder is provably gone on this host or its own renewal is older than the
+TTL. A holder that was paused past the TTL may wake up after a take-over: `Lease.check` (called
+by the driver before each batch and each Delta commit, through `fence`) raises `LeaseLostError`
+when its token is no longer the current one or its renewal has expired, so it commits nothing.
 """
 
 from __future__ import annotations
@@ -16,23 +18,29 @@ import fcntl
 import json
 import logging
 import os
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from spark_jobs.control.liveness import Liveness, holder_may_commit, judge, lease_ttl_s
 from spark_jobs.control.processes import ProcessRef
 from spark_jobs.errors import UserError
 from spark_jobs.home import WeirHome
 
 log = logging.getLogger(__name__)
-LEASE_TTL_S = 30.0
 
 
 class LeaseHeldError(UserError):
     """Another live driver holds the pipeline's lease."""
+
+
+class LeaseLostError(RuntimeError):
+    """This driver no longer holds its pipeline's lease (taken over, or its renewal expired):
+    it must not commit anything more, and exits."""
 
 
 def now_utc() -> dt.datetime:
@@ -75,15 +83,25 @@ class LeaseRecord:
     start_ticks: int | None
     token: str
     acquired_at: str
+    fencing_token: int = 0     # grows with every acquisition of the pipeline's lease
+    renewed_at: str | None = None
 
     @property
     def process(self) -> ProcessRef:
         return ProcessRef(self.pid, self.host, self.start_ticks)
 
+    @property
+    def last_renewal(self) -> dt.datetime:
+        return parse_iso(self.renewed_at or self.acquired_at)
+
+    def renewal_age_s(self, now: dt.datetime | None = None) -> float:
+        return ((now or now_utc()) - self.last_renewal).total_seconds()
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LeaseRecord:
         return cls(data["pipeline"], int(data["pid"]), data["host"], data.get("start_ticks"),
-                   data["token"], data["acquired_at"])
+                   data["token"], data["acquired_at"], int(data.get("fencing_token") or 0),
+                   data.get("renewed_at"))
 
 
 def lease_path(home: WeirHome, pipeline: str) -> Path:
@@ -92,6 +110,10 @@ def lease_path(home: WeirHome, pipeline: str) -> Path:
 
 def heartbeat_path(home: WeirHome, pipeline: str) -> Path:
     return home.control(pipeline) / "heartbeat.json"
+
+
+def fencing_path(home: WeirHome, pipeline: str) -> Path:
+    return home.control(pipeline) / "fencing.json"
 
 
 @contextmanager
@@ -112,35 +134,48 @@ def read(home: WeirHome, pipeline: str) -> LeaseRecord | None:
     return LeaseRecord.from_json(data) if data else None
 
 
-def last_renewal(home: WeirHome, record: LeaseRecord) -> dt.datetime:
-    """The holder's latest heartbeat (which renews the lease), else the time it was taken."""
-    beat = read_json(heartbeat_path(home, record.pipeline))
-    if beat and beat.get("token") == record.token and beat.get("at"):
-        return parse_iso(beat["at"])
-    return parse_iso(record.acquired_at)
+def liveness(record: LeaseRecord, ttl_s: float | None = None) -> Liveness:
+    """The one judgement (`spark_jobs.control.liveness.judge`) applied to a lease on file."""
+    return judge(record.process.alive(), record.renewal_age_s(),
+                 lease_ttl_s() if ttl_s is None else ttl_s)
 
 
-def is_stale(home: WeirHome, record: LeaseRecord, ttl_s: float = LEASE_TTL_S) -> bool:
-    alive = record.process.alive()
-    if alive is not None:
-        return not alive
-    return (now_utc() - last_renewal(home, record)).total_seconds() > ttl_s
+def is_stale(record: LeaseRecord, ttl_s: float | None = None) -> bool:
+    return liveness(record, ttl_s).takeable
 
 
-def holder(home: WeirHome, pipeline: str, ttl_s: float = LEASE_TTL_S) -> LeaseRecord | None:
+def holder(home: WeirHome, pipeline: str, ttl_s: float | None = None) -> LeaseRecord | None:
     """The live holder of the pipeline's lease, or None."""
     record = read(home, pipeline)
-    if record is None or is_stale(home, record, ttl_s):
+    if record is None or is_stale(record, ttl_s):
         return None
     return record
 
 
-class Lease:
-    """A lease this process holds; `release()` gives it back (only if it is still ours)."""
+# The leases this process holds, by pipeline: what `fence` checks inside a driver's batches.
+_held: dict[str, Lease] = {}
 
-    def __init__(self, home: WeirHome, record: LeaseRecord) -> None:
+
+def fence(pipeline: str) -> None:
+    """Raise `LeaseLostError` unless this process still holds `pipeline`'s lease. A process that
+    never took it (a benchmark running one batch by hand) is no driver: nothing to fence."""
+    held = _held.get(pipeline)
+    if held is not None:
+        held.check()
+
+
+class Lease:
+    """A lease this process holds: renewed by a keep-alive thread, checked before every commit
+    (`check`), given back by `release()` (only if it is still ours)."""
+
+    def __init__(self, home: WeirHome, record: LeaseRecord, ttl_s: float | None = None) -> None:
         self.home = home
         self.record = record
+        self.ttl_s = lease_ttl_s() if ttl_s is None else ttl_s
+        self.lost: str | None = None
+        self._released = threading.Event()
+        self._keepalive = threading.Thread(target=self._renew_loop, daemon=True,
+                                           name=f"weir-lease-{record.pipeline}")
 
     @property
     def pipeline(self) -> str:
@@ -150,7 +185,58 @@ class Lease:
     def token(self) -> str:
         return self.record.token
 
+    @property
+    def fencing_token(self) -> int:
+        return self.record.fencing_token
+
+    def _lose(self, why: str) -> LeaseLostError:
+        if self.lost is None:
+            self.lost = why
+            log.error("%s: LEASE LOST by pid %d (fencing token %d): %s; committing nothing more",
+                      self.pipeline, self.record.pid, self.fencing_token, why)
+        return LeaseLostError(f"{self.pipeline}: lease lost by pid {self.record.pid} "
+                              f"(fencing token {self.fencing_token}): {self.lost}")
+
+    def _verify(self, current: LeaseRecord | None) -> LeaseRecord:
+        if self.lost is not None:
+            raise self._lose(self.lost)
+        if current is None:
+            raise self._lose("the lease file is gone")
+        if current.token != self.token or current.fencing_token != self.fencing_token:
+            raise self._lose(f"taken over by pid {current.pid} on {current.host} "
+                             f"(fencing token {current.fencing_token})")
+        age = current.renewal_age_s()
+        if not holder_may_commit(age, self.ttl_s):
+            raise self._lose(f"last renewed {age:.1f}s ago (TTL {self.ttl_s:.0f}s)")
+        return current
+
+    def check(self) -> None:
+        """Raise `LeaseLostError` unless this lease is still the pipeline's current one and its
+        own renewal is fresh. Called before each batch and each Delta commit of the driver."""
+        self._verify(read(self.home, self.pipeline))
+
+    def renew(self) -> None:
+        """Push the lease's renewal time forward (only while it is still ours and unexpired: a
+        holder that woke up after its TTL never resurrects its lease)."""
+        with _locked(self.home, self.pipeline):
+            current = self._verify(read(self.home, self.pipeline))
+            self.record = replace(current, renewed_at=iso(now_utc()))
+            write_json_atomically(lease_path(self.home, self.pipeline), asdict(self.record))
+
+    def _renew_loop(self) -> None:
+        every_s = min(5.0, self.ttl_s / 6)
+        while not self._released.wait(every_s):
+            try:
+                self.renew()
+            except LeaseLostError:
+                return
+            except Exception:  # a full disk must not kill the thread: the TTL then fences us
+                log.exception("%s: lease renewal failed", self.pipeline)
+
     def release(self) -> None:
+        self._released.set()
+        if _held.get(self.pipeline) is self:
+            del _held[self.pipeline]
         with _locked(self.home, self.pipeline):
             current = read(self.home, self.pipeline)
             if current is not None and current.token == self.token:
@@ -164,31 +250,44 @@ class Lease:
         self.release()
 
 
-def acquire(home: WeirHome, pipeline: str, ttl_s: float = LEASE_TTL_S) -> Lease:
-    """Take the pipeline's lease for this process, or raise `LeaseHeldError` naming the live holder."""
+def acquire(home: WeirHome, pipeline: str, ttl_s: float | None = None) -> Lease:
+    """Take the pipeline's lease for this process with the next fencing token and keep it renewed,
+    or raise `LeaseHeldError` naming the live holder."""
     me = ProcessRef.current()
     with _locked(home, pipeline):
         current = read(home, pipeline)
+        last_token = int((read_json(fencing_path(home, pipeline)) or {}).get("fencing_token") or 0)
         if current is not None:
-            if not is_stale(home, current, ttl_s):
+            state = liveness(current, ttl_s)
+            if not state.takeable:
                 raise LeaseHeldError(
                     f"pipeline {pipeline} is already running: driver pid {current.pid} on "
                     f"{current.host} holds its lease since {current.acquired_at}; stop it first "
                     f"(Airflow DAG {pipeline}_stop)")
-            log.warning("%s: taking over the stale lease of pid %d on %s (since %s)",
-                        pipeline, current.pid, current.host, current.acquired_at)
-        record = LeaseRecord(pipeline, me.pid, me.host, me.start_ticks, uuid.uuid4().hex,
-                             iso(now_utc()))
+            log.warning("%s: taking over the %s lease of pid %d on %s (fencing token %d, renewed %s)",
+                        pipeline, state, current.pid, current.host, current.fencing_token,
+                        current.renewed_at or current.acquired_at)
+            last_token = max(last_token, current.fencing_token)
+        now = iso(now_utc())
+        record = LeaseRecord(pipeline, me.pid, me.host, me.start_ticks, uuid.uuid4().hex, now,
+                             last_token + 1, now)
+        write_json_atomically(fencing_path(home, pipeline),
+                              {"pipeline": pipeline, "fencing_token": record.fencing_token})
         write_json_atomically(lease_path(home, pipeline), asdict(record))
-    log.info("%s lease taken by pid %d on %s", pipeline, me.pid, me.host)
-    return Lease(home, record)
+    log.info("%s lease taken by pid %d on %s (fencing token %d)", pipeline, me.pid, me.host,
+             record.fencing_token)
+    lease = Lease(home, record, ttl_s)
+    _held[pipeline] = lease
+    lease._keepalive.start()
+    return lease
 
 
-def clear_stale(home: WeirHome, pipeline: str, ttl_s: float = LEASE_TTL_S) -> LeaseRecord | None:
-    """Remove the lease of a holder that is gone (supervisor clean-up); returns what was removed."""
+def clear_stale(home: WeirHome, pipeline: str, ttl_s: float | None = None) -> LeaseRecord | None:
+    """Remove the lease of a holder that is gone or expired (supervisor clean-up); returns what
+    was removed. The fencing counter stays, so the next holder's token is still higher."""
     with _locked(home, pipeline):
         current = read(home, pipeline)
-        if current is None or not is_stale(home, current, ttl_s):
+        if current is None or not is_stale(current, ttl_s):
             return None
         lease_path(home, pipeline).unlink(missing_ok=True)
         return current

@@ -16,10 +16,13 @@ if TYPE_CHECKING:
     from spark_jobs.catalog import Pipeline
 
 log = logging.getLogger(__name__)
+# VACUUM never deletes files younger than this: Delta's safe default (7 days), so readers and
+# streams still reading older table versions are not broken.
+SAFE_RETENTION_HOURS = 168
 
 
 def maintain(spark: SparkSession, pipeline: Pipeline, home: WeirHome, *,
-             retain_hours: int = 168) -> dict[str, dict[str, Any]]:
+             retain_hours: int = SAFE_RETENTION_HOURS) -> dict[str, dict[str, Any]]:
     from delta.tables import DeltaTable
 
     from spark_jobs.tables import retry_conflicts

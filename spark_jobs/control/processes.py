@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
+HAS_PROC = os.path.exists("/proc/self/stat")
 
 
 def hostname() -> str:
@@ -50,8 +51,9 @@ class ProcessRef:
         return self.host == hostname()
 
     def alive(self) -> bool | None:
-        """True/False for a process on this host; None (unknown) for one on another host."""
-        if not self.local:
+        """True/False for a process on this host; None (unknown) for one on another host, or on
+        a system without `/proc` (where a missing stat file proves nothing)."""
+        if not self.local or not HAS_PROC:
             return None
         ticks = start_ticks(self.pid)
         if ticks is None:
@@ -78,9 +80,10 @@ def signal_process(pid: int, sig: signal.Signals) -> bool:
 
 
 def wait_gone(ref: ProcessRef, timeout_s: float, poll_s: float = 0.2) -> bool:
-    """Wait until the process is gone; whether it went within the timeout."""
+    """Wait until the process is gone; whether it was seen gone within the timeout (never for a
+    process whose life this host cannot see)."""
     deadline = time.monotonic() + timeout_s
-    while ref.alive():
+    while ref.alive() is not False:
         if time.monotonic() >= deadline:
             return False
         time.sleep(poll_s)

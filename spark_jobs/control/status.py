@@ -10,10 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from spark_jobs import catalog
-from spark_jobs.control import progress
+from spark_jobs.control import eventlog, progress
 from spark_jobs.control.health import assess
 from spark_jobs.control.lease import iso, now_utc
 from spark_jobs.control.supervision import SupervisorState, recent_restarts, stopped_marker
+from spark_jobs.control.supervisor import automatic_restarts
 from spark_jobs.home import WeirHome
 
 STATES = {"running": "RUNNING", "starting": "STARTING", "stalled": "STALLED", "stopping": "STOPPING",
@@ -51,7 +52,8 @@ def pipeline_status(home: WeirHome, name: str) -> dict[str, Any]:
         "state": state,
         "detail": health.detail,
         "driver_pid": health.driver_pid,
-        "restarts": len(recent_restarts(supervisor.restarts, pipeline.restart_policy, now_utc())),
+        "restarts": len(recent_restarts(list(automatic_restarts(eventlog.read(home, name))),
+                                        pipeline.restart_policy, now_utc())),
         "supervisor": supervisor.state,
         "heartbeat_at": beat.get("at"),
         "queries": queries,

@@ -1,14 +1,15 @@
 """What the supervisor remembers between deferrals, and the restart policy it applies.
 
-`control/<P>/supervisor.json` holds the supervisor's state (running, restarting, failed, stopped),
-the times of recent restarts and the last reason; `control/<P>/stopped.json` marks a pipeline as
-intentionally stopped, so nothing restarts it until it is deployed again.
+`control/<P>/supervisor.json` holds the supervisor's state (running, restarting, failed, stopped)
+and the last reason — the restarts themselves are in the event log (`supervisor.automatic_restarts`);
+`control/<P>/stopped.json` marks a pipeline as intentionally stopped, so nothing restarts it until
+it is deployed again.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,21 +30,19 @@ def stopped_path(home: WeirHome, pipeline: str) -> Path:
 class SupervisorState:
     pipeline: str
     state: str = "deploying"
-    restarts: list[str] = field(default_factory=list)
     last_reason: str | None = None
     updated_at: str | None = None
 
     @classmethod
     def load(cls, home: WeirHome, pipeline: str) -> SupervisorState:
         data = read_json(supervisor_path(home, pipeline)) or {}
-        return cls(pipeline, data.get("state", "none"), list(data.get("restarts", [])),
-                   data.get("last_reason"), data.get("updated_at"))
+        return cls(pipeline, data.get("state", "none"), data.get("last_reason"), data.get("updated_at"))
 
     def save(self, home: WeirHome) -> None:
         self.updated_at = iso(now_utc())
         write_json_atomically(supervisor_path(home, self.pipeline), {
-            "pipeline": self.pipeline, "state": self.state, "restarts": self.restarts,
-            "last_reason": self.last_reason, "updated_at": self.updated_at})
+            "pipeline": self.pipeline, "state": self.state, "last_reason": self.last_reason,
+            "updated_at": self.updated_at})
 
 
 def recent_restarts(restarts: list[str], policy: RestartPolicy, now: dt.datetime) -> list[dt.datetime]:

@@ -19,6 +19,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs import catalog
+from spark_jobs.control import lease
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables
 from spark_jobs.quality import suites
@@ -35,8 +36,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 RESULT_FORMAT: dict[str, Any] = {"result_format": "SUMMARY", "partial_unexpected_count": 0,
                                  "include_unexpected_rows": False}
-# A heartbeat younger than this means the stream is running (the lease TTL of the control plane).
-LIVE_HEARTBEAT_S = 30.0
 # Bronze rows of an event date are looked for from this many days before it (clock skew).
 INGEST_LOOKBACK = dt.timedelta(days=1)
 
@@ -303,14 +302,8 @@ def _int(value: Any) -> int | None:
 
 
 def stream_is_live(home: WeirHome, pipeline: str) -> bool:
-    """Whether the pipeline's streaming driver is running: its heartbeat is fresh. Without the
-    control plane's heartbeat module (or any heartbeat), the stream counts as not running."""
-    try:
-        from spark_jobs.control.heartbeat import heartbeat_age_s, read_heartbeat
-    except ImportError:
-        return False
-    age = heartbeat_age_s(read_heartbeat(home, pipeline))
-    return age is not None and age <= LIVE_HEARTBEAT_S
+    """Whether the pipeline's streaming driver is running (the control plane's one judgement)."""
+    return lease.holder(home, pipeline) is not None
 
 
 def _record(report: DqReport, home: WeirHome) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from spark_jobs.home import REPO_ROOT, WeirHome
 from tests.airflow.supervision_harness import DRIVER_CONF, LOCAL_MASTER
+from tests.support.polling import WaitAborted, WaitTimeout, wait_for
 
 VENV_BIN = Path(sys.executable).parent
 AIRFLOW = VENV_BIN / "airflow"
@@ -241,16 +242,17 @@ class AirflowServices:
         self.unpaused.add(unpause)
 
     def wait_for(self, what: str, predicate: Callable[[], Any], timeout_s: float, poll_s: float = 2.0) -> Any:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            for component, proc in self.procs.items():
-                assert proc.poll() is None, \
-                    f"airflow {component} exited ({proc.returncode})\n{self.logs_tail()}"
-            value = predicate()
-            if value:
-                return value
-            time.sleep(poll_s)
-        raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}\n{self.logs_tail()}")
+        """The one poll loop (`tests.support.polling.wait_for`), given up as soon as an Airflow
+        component exits; a failure carries the components' log tails."""
+        def exited() -> str | None:
+            gone = [f"airflow {c} exited ({p.returncode})" for c, p in self.procs.items()
+                    if p.poll() is not None]
+            return "; ".join(gone) or None
+
+        try:
+            return wait_for(what, predicate, timeout_s, poll_s=poll_s, abort=exited)
+        except (WaitTimeout, WaitAborted) as err:
+            raise AssertionError(f"{err}\n{self.logs_tail()}") from err
 
     def wait_runs_done(self, dag_id: str, count: int, timeout_s: float,
                        run_type: str | None = None) -> list[dict[str, Any]]:

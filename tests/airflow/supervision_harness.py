@@ -1,26 +1,10 @@
-"""Drives Weir's deferrable operators the way Airflow does, without a scheduler, so a test can
-kill drivers between the steps: the machinery is `weir_airflow.inline` (the recovery benchmark
-uses it too); here only what the control-plane tests add to it."""
+"""What the control-plane tests add to the inline driver of deferrable operators
+(`tests.support.inline`): a local Spark master for `spark_default`, small drivers, a task context
+of a named user."""
 
 from __future__ import annotations
 
-from weir_airflow.inline import (
-    SMALL_DRIVER_CONF,
-    TaskContext,
-    TriggerRun,
-    expect_deferred,
-    next_event,
-    resume,
-    spark_connection,
-    task_context,
-    tear_down,
-    wait_running,
-)
-
-from spark_jobs.control.polling import wait_for
-
-__all__ = ["DRIVER_CONF", "LOCAL_MASTER", "TriggerRun", "context", "expect_deferred", "next_event",
-           "resume", "tear_down", "wait_for", "wait_running"]
+from tests.support.inline import SMALL_DRIVER_CONF, TaskContext, spark_connection, task_context
 
 LOCAL_MASTER = spark_connection("local[2]")
 DRIVER_CONF = SMALL_DRIVER_CONF

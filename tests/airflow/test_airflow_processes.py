@@ -30,8 +30,8 @@ from spark_jobs.generator import Written, generate
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables
 from tests.airflow.airflow_services import AirflowServices, driver_processes
-from tests.airflow.supervision_harness import tear_down
 from tests.helpers import assert_exactly_once, table
+from tests.support.inline import tear_down
 
 pytestmark = [pytest.mark.slow, pytest.mark.airflow, pytest.mark.timeout(1500)]
 P = "playback"

@@ -18,15 +18,10 @@ from spark_jobs.control.driver import read_launch
 from spark_jobs.generator import generate
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables
-from tests.airflow.supervision_harness import (
-    DRIVER_CONF,
-    context,
-    expect_deferred,
-    next_event,
-    tear_down,
-    wait_for,
-)
+from tests.airflow.supervision_harness import DRIVER_CONF, context
 from tests.helpers import assert_exactly_once, table
+from tests.support.inline import expect_deferred, next_event, tear_down
+from tests.support.polling import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.airflow, pytest.mark.timeout(1200)]
 REPO = Path(__file__).resolve().parents[2]

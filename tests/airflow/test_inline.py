@@ -1,5 +1,5 @@
-"""The inline driver of deferrable operators (`weir_airflow.inline`) and the one poll loop
-(`spark_jobs.control.polling`): no Spark, a few seconds."""
+"""The inline driver of deferrable operators (`tests.support.inline`) and the one poll loop
+(`tests.support.polling`): no Spark, a few seconds."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from airflow.providers.standard.triggers.temporal import DateTimeTrigger
 from airflow.sdk import BaseOperator
-from weir_airflow.inline import TriggerRun, expect_deferred, next_event, resume, resume_until, task_context
 
-from spark_jobs.control.polling import WaitAborted, WaitTimeout, wait_for
+from tests.support.inline import TriggerRun, expect_deferred, next_event, resume, resume_until, task_context
+from tests.support.polling import WaitAborted, WaitTimeout, wait_for
 
 pytestmark = pytest.mark.airflow
 

@@ -21,17 +21,10 @@ from spark_jobs.control.status import pipeline_status
 from spark_jobs.generator import generate
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables
-from tests.airflow.supervision_harness import (
-    DRIVER_CONF,
-    LOCAL_MASTER,
-    context,
-    expect_deferred,
-    next_event,
-    tear_down,
-    wait_for,
-    wait_running,
-)
+from tests.airflow.supervision_harness import DRIVER_CONF, LOCAL_MASTER, context
 from tests.helpers import assert_exactly_once, table
+from tests.support.inline import expect_deferred, next_event, tear_down, wait_running
+from tests.support.polling import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.airflow, pytest.mark.timeout(1500)]
 P = "playback"

@@ -80,3 +80,86 @@ def test_a_recycled_pid_does_not_keep_a_lease_alive(home: WeirHome) -> None:
     fake = dataclasses.replace(record, pid=os.getpid(), start_ticks=(record.start_ticks or 0) + 1)
     leases.write_json_atomically(leases.lease_path(home, "playback"), dataclasses.asdict(fake))
     assert leases.holder(home, "playback") is None
+
+
+FENCED_HOLDER = """
+import sys, time
+from pathlib import Path
+from spark_jobs.control import lease
+from spark_jobs.home import WeirHome
+held = lease.acquire(WeirHome(Path(sys.argv[1])), "playback")
+print("acquired", held.fencing_token, flush=True)
+while True:
+    try:
+        lease.fence("playback")          # what the driver calls before each batch and commit
+    except lease.LeaseLostError as err:
+        print("fenced", err, flush=True)
+        sys.exit(4)
+    time.sleep(0.1)
+"""
+
+
+def test_a_paused_holder_is_taken_over_and_fenced(home: WeirHome, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A holder paused past the TTL (alive in /proc all along) loses its lease to a new driver
+    with a higher fencing token; once resumed it can neither commit nor renew."""
+    import os
+    import signal
+    import time
+
+    monkeypatch.setenv("WEIR_LEASE_TTL_S", "2")
+    first = subprocess.Popen([sys.executable, "-c", FENCED_HOLDER, str(home.root)],
+                             stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        assert first.stdout is not None
+        word, token = first.stdout.readline().split()
+        assert word == "acquired"
+        with pytest.raises(LeaseHeldError):
+            leases.acquire(home, "playback")
+        first.send_signal(signal.SIGSTOP)
+        time.sleep(3)                                   # longer than the TTL
+        with leases.acquire(home, "playback") as second:
+            assert second.fencing_token == int(token) + 1
+            first.send_signal(signal.SIGCONT)
+            assert first.wait(30) == 4
+            assert first.stdout.readline().startswith("fenced")
+            # the woken holder did not renew over the new one's lease
+            assert leases.holder(home, "playback").token == second.token  # type: ignore[union-attr]
+            second.check()
+    finally:
+        first.send_signal(signal.SIGCONT)
+        first.kill()
+        first.wait()
+    # the counter survives a release: the next holder's token is higher still
+    with leases.acquire(home, "playback") as third:
+        assert third.fencing_token == int(token) + 2
+
+
+def test_the_one_liveness_judgement() -> None:
+    """Gone when this host proves the process ended; expired when its own renewal is older than
+    the TTL, whatever /proc says (paused, other host, no /proc); live otherwise."""
+    from spark_jobs.control.liveness import Liveness, holder_may_commit, judge
+
+    assert judge(False, 0.0, 30) is Liveness.GONE
+    assert judge(True, 31.0, 30) is Liveness.EXPIRED          # alive in /proc, but silent: paused
+    assert judge(None, 31.0, 30) is Liveness.EXPIRED          # another host
+    assert judge(None, 5.0, 30) is Liveness.LIVE and judge(True, 5.0, 30) is Liveness.LIVE
+    # the holder stops trusting its lease before anyone may take it
+    assert holder_may_commit(23.9, 30) and not holder_may_commit(24.1, 30)
+
+
+def test_an_expired_holder_that_still_runs_is_stalled(home: WeirHome) -> None:
+    import dataclasses
+    import datetime as dt
+
+    from spark_jobs.control.health import assess
+
+    held = leases.acquire(home, "playback")
+    held._released.set()              # its keep-alive stops, as in a paused driver
+    old = leases.iso(leases.now_utc() - dt.timedelta(seconds=60))
+    leases.write_json_atomically(leases.lease_path(home, "playback"),
+                                 dataclasses.asdict(dataclasses.replace(held.record, renewed_at=old)))
+    health = assess(home, "playback", stall_after_s=60)
+    assert health.verdict == "stalled" and "not renewed for 60s" in health.detail, health
+    assert leases.holder(home, "playback") is None
+    with pytest.raises(leases.LeaseLostError, match="last renewed"):
+        held.check()

@@ -18,8 +18,9 @@ from spark_jobs import stream, topology, transforms
 from spark_jobs.control import progress
 from spark_jobs.generator import generate
 from spark_jobs.layers import PipelineTables
-from tests.helpers import assert_exactly_once, table, wait_for
+from tests.helpers import assert_exactly_once, table
 from tests.integration.pipelines import playback, write_catalog
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -4,8 +4,8 @@ the named method with that event — all in this process, without scheduler, tri
 database. Tests and the recovery benchmark use it to put real faults (kill -9) between the steps.
 
 Also what they need around Weir's supervisor: a small local Spark master for `spark_default`,
-waiting until a pipeline runs, and leaving no driver behind. Nothing here runs in a deployment;
-importing it is cheap (Airflow's plugin loader imports every module under `plugins/`).
+waiting until a pipeline runs, and leaving no driver behind. Test support only: nothing here runs
+in a deployment (it is not under `plugins/`, which Airflow's plugin loader imports).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs.control.polling import wait_for
+from tests.support.polling import wait_for
 
 if TYPE_CHECKING:
     from airflow.sdk.exceptions import TaskDeferred

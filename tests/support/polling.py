@@ -1,6 +1,6 @@
 """Waiting for something another process does — a driver taking its lease, a batch committing, a
 row reaching a table — by looking again until it is there, within a deadline. The one poll loop
-of the tests, the benchmarks and the inline supervisor (`weir_airflow.inline`)."""
+of the tests, the benchmarks and the inline supervisor (`tests.support.inline`)."""
 
 from __future__ import annotations
 

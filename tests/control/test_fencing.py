@@ -1,0 +1,94 @@
+"""Fencing with real drivers: a driver paused longer than its lease TTL is taken over by a second
+driver; once it wakes up it commits nothing more to the pipeline's tables and exits non-zero, and
+every layer ends exactly once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from spark_jobs import stream, topology
+from spark_jobs.generator import generate
+from spark_jobs.home import WeirHome
+from spark_jobs.layers import PipelineTables
+from tests.helpers import assert_exactly_once, table
+from tests.integration.pipelines import playback, write_catalog
+from tests.support.polling import wait_for
+
+pytestmark = pytest.mark.slow
+TTL_S = 6.0
+
+
+def start_driver(home: WeirHome, conf_dir: Path, name: str, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "WEIR_HOME": str(home.root), "WEIR_CONF": str(conf_dir),
+           "WEIR_LEASE_TTL_S": str(TTL_S)}
+    log = open(home.root / f"{name}.log", "ab")
+    return subprocess.Popen([sys.executable, "-m", "spark_jobs.stream", "playback", *args],
+                            env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def versions(tables: PipelineTables) -> dict[str, int]:
+    """The latest Delta version of each table of the pipeline."""
+    return {layer: max((int(f.stem) for f in (path / "_delta_log").glob("*.json")), default=-1)
+            for layer, path in (("bronze", tables.bronze), ("silver", tables.silver),
+                                ("quarantine", tables.quarantine), ("gold", tables.gold))}
+
+
+def settled(tables: PipelineTables, quiet_s: float, at_least_s: float) -> dict[str, int]:
+    """Wait until no table changed for `quiet_s` and `at_least_s` passed; the versions then."""
+    started = last_change = time.monotonic()
+    seen = versions(tables)
+    while time.monotonic() - last_change < quiet_s or time.monotonic() - started < at_least_s:
+        time.sleep(0.5)
+        now = versions(tables)
+        if now != seen:
+            seen, last_change = now, time.monotonic()
+    return seen
+
+
+def test_a_paused_driver_is_fenced_after_a_takeover(spark, home: WeirHome, tmp_path: Path) -> None:
+    pipeline = playback(files_per_trigger=1)
+    conf = write_catalog(tmp_path / "conf", files_per_trigger=1)
+    written = generate(home.landing("playback"), files=5, sessions_per_file=4, seed=31)
+    tables = PipelineTables.of(home, pipeline)
+    commits = topology.checkpoint_location(home, pipeline, "ingest") / "commits"
+    first = start_driver(home, conf, "first")
+    second = None
+    try:
+        wait_for("the first driver's first committed batch",
+                 lambda: commits.is_dir() and any(p.name.isdigit() for p in commits.iterdir()), 600,
+                 poll_s=0.2, abort=lambda: None if first.poll() is None else f"exited {first.returncode}")
+        # Pause the driver's Python process (a GC or VM pause, a stopped container): what its JVM
+        # was already writing finishes, nothing new can start without Python.
+        first.send_signal(signal.SIGSTOP)
+        before_takeover = settled(tables, quiet_s=3, at_least_s=TTL_S + 2)
+
+        second = start_driver(home, conf, "second", "--once")
+        assert second.wait(600) == 0, (home.root / "second.log").read_text()[-3000:]
+        assert "taking over the expired lease" in (home.root / "second.log").read_text()
+        after_takeover = versions(tables)
+        assert after_takeover["bronze"] > before_takeover["bronze"], "the new holder wrote the backlog"
+
+        first.send_signal(signal.SIGCONT)
+        code = first.wait(300)
+        log = (home.root / "first.log").read_text()
+        assert code == 4, log[-3000:]
+        assert "LEASE LOST" in log and "FENCED" in log, log[-3000:]
+        assert versions(tables) == after_takeover, "the fenced driver committed after the takeover"
+    finally:
+        for driver in (first, second):
+            if driver is not None and driver.poll() is None:
+                driver.send_signal(signal.SIGCONT)
+                driver.kill()
+                driver.wait(30)
+
+    stream.run(pipeline, once=True, home=home, spark=spark)
+    assert_exactly_once(table(spark, tables.silver), ("event_id",), written.event_ids, "silver")
+    bronze = table(spark, tables.bronze)
+    assert bronze.count() == bronze.select("source", "position").distinct().count() == written.lines
