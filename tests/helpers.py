@@ -3,16 +3,32 @@ differences printed both ways when they fail."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["assert_exactly_once", "table"]
+__all__ = ["assert_exactly_once", "landing_keys", "table"]
 
 
 def table(spark: SparkSession, path: Path) -> DataFrame:
     return spark.read.format("delta").load(str(path))
+
+
+def landing_keys(files: Iterable[Path]) -> set[tuple[str, int]]:
+    """The bronze identity of every line of landing `files`, computed here independently of the
+    reader: (file URI + '#' + 12 hex of the content's blake2b-128, byte offset of the line)."""
+    keys: set[tuple[str, int]] = set()
+    for path in files:
+        data = Path(path).read_bytes()
+        source = f"{Path(path).absolute().as_uri()}#{hashlib.blake2b(data, digest_size=16).hexdigest()[:12]}"
+        start = 0
+        while start < len(data):
+            keys.add((source, start))
+            end = data.find(b"\n", start)
+            start = len(data) if end < 0 else end + 1
+    return keys
 
 
 def assert_exactly_once(df: DataFrame, key: Iterable[str], expected: set, what: str) -> None:

@@ -15,7 +15,7 @@ from spark_jobs.generator import generate
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables
 from spark_jobs.topology import checkpoint_location
-from tests.helpers import assert_exactly_once, table
+from tests.helpers import assert_exactly_once, landing_keys, table
 
 START = dt.datetime(2026, 11, 19, 20, 0, tzinfo=dt.UTC)
 
@@ -76,28 +76,17 @@ class Playback:
     def run(self, pipeline: catalog.Pipeline | None = None) -> None:
         stream.run(pipeline or self.pipeline, once=True, home=self.home, spark=self.spark)
 
-    def bronze_keys(self, files: list[Path]) -> set[tuple[str, int]]:
-        keys = set()
-        for f in files:
-            lines = f.read_text().split("\n")
-            if lines and lines[-1] == "":
-                lines.pop()
-            keys |= {(f.name, i + 1) for i in range(len(lines))}
-        return keys
-
     def assert_exactly_once(self, files: list[Path] | None = None, event_ids: set[str] | None = None) -> None:
         """Bronze holds every line of `files` once, silver every event of `event_ids` once, gold
         one row per window key and equal to the aggregate of silver (what a back-fill computes)."""
-        from pyspark.sql import functions as F
         from pyspark.testing import assertDataFrameEqual
 
         from spark_jobs import transforms
 
         files = self.files if files is None else files
         event_ids = self.event_ids if event_ids is None else event_ids
-        bronze = table(self.spark, self.tables.bronze).select(
-            F.regexp_extract("source", r"[^/]+$", 0).alias("file"), "position")
-        assert_exactly_once(bronze, ["file", "position"], self.bronze_keys(files), "bronze")
+        bronze = table(self.spark, self.tables.bronze)
+        assert_exactly_once(bronze, ["source", "position"], landing_keys(files), "bronze")
         silver = table(self.spark, self.tables.silver)
         assert_exactly_once(silver, ["event_id"], event_ids, "silver")
         quarantine = table(self.spark, self.tables.quarantine)

@@ -11,12 +11,15 @@ from spark_jobs.catalog import FileSource, Pipeline
 from spark_jobs.home import REPO_ROOT
 
 
-def playback(files_per_trigger: int = 1, trigger: str = "1 second") -> Pipeline:
+def playback(files_per_trigger: int | None = 1, trigger: str = "1 second",
+             max_bytes_per_trigger: int = 64 << 20) -> Pipeline:
     return dataclasses.replace(catalog.load("playback"), trigger_interval=trigger, shuffle_partitions=2,
-                               source=FileSource(max_files_per_trigger=files_per_trigger))
+                               source=FileSource(max_files_per_trigger=files_per_trigger,
+                                                 max_bytes_per_trigger=max_bytes_per_trigger))
 
 
-def write_catalog(folder: Path, files_per_trigger: int = 1, trigger: str = "1 second") -> Path:
+def write_catalog(folder: Path, files_per_trigger: int | None = 1, trigger: str = "1 second",
+                  max_bytes_per_trigger: int = 64 << 20) -> Path:
     """A catalog folder with `playback` in small batches; point WEIR_CONF at the returned path."""
     pipelines = folder / "pipelines"
     pipelines.mkdir(parents=True, exist_ok=True)
@@ -28,6 +31,7 @@ _spec = importlib.util.spec_from_file_location("weir_real_playback", {str(real)!
 _real = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_real)
 PIPELINE = dataclasses.replace(_real.PIPELINE, trigger_interval={trigger!r}, shuffle_partitions=2,
-                               source=FileSource(max_files_per_trigger={files_per_trigger}))
+                               source=FileSource(max_files_per_trigger={files_per_trigger},
+                                                 max_bytes_per_trigger={max_bytes_per_trigger}))
 ''')
     return folder

@@ -18,7 +18,7 @@ from spark_jobs import stream, topology, transforms
 from spark_jobs.control import progress
 from spark_jobs.generator import generate
 from spark_jobs.layers import PipelineTables
-from tests.helpers import assert_exactly_once, table
+from tests.helpers import assert_exactly_once, landing_keys, table
 from tests.integration.pipelines import playback, write_catalog
 from tests.support.polling import wait_for
 
@@ -44,19 +44,10 @@ def exited(driver: subprocess.Popen):
     return lambda: None if driver.poll() is None else f"driver exited ({driver.returncode})"
 
 
-def expected_bronze_keys(written) -> set[tuple[str, int]]:
-    keys = set()
-    for path in written.files:
-        lines = path.read_text().splitlines()
-        keys |= {(str(path), i) for i in range(1, len(lines) + 1)}
-    return keys
-
-
 def assert_all_layers_exactly_once(spark, home, pipeline, written) -> None:
     tables = PipelineTables.of(home, pipeline)
-    bronze = table(spark, tables.bronze).select(
-        F.regexp_replace("source", "^file:", "").alias("source"), "position")
-    assert_exactly_once(bronze, ("source", "position"), expected_bronze_keys(written), "bronze")
+    bronze = table(spark, tables.bronze)
+    assert_exactly_once(bronze, ("source", "position"), landing_keys(written.files), "bronze")
     assert_exactly_once(table(spark, tables.silver), ("event_id",), written.event_ids, "silver")
     quarantine = table(spark, tables.quarantine)
     keys = quarantine.select("source", "position").distinct().count()
