@@ -23,24 +23,12 @@ from spark_jobs.generator import generate
 from spark_jobs.layers import PipelineTables, ensure_tables, read_dimension
 from spark_jobs.quality import rules as row_rules
 from tests.helpers import assert_exactly_once, table
+from tests.integration.batches import differs, ingest
 from tests.integration.pipelines import playback
 
 pytestmark = pytest.mark.slow
 DAY = dt.date(2026, 11, 19)
 HOLD_S = 120.0
-
-
-def bronze_batch(spark: SparkSession, files: list[Path], ingest: dt.datetime) -> DataFrame:
-    """The bronze-shaped micro-batch the file source would make of `files`."""
-    rows = [(line, f"file://{path}", i + 1, None, None, None, None, ingest, ingest.date())
-            for path in files for i, line in enumerate(path.read_text().splitlines())]
-    return spark.createDataFrame(rows, transforms.BRONZE_SCHEMA)
-
-
-def ingest(spark: SparkSession, pipeline: Pipeline, tables: PipelineTables, files: list[Path],
-           ingest_time: dt.datetime, batch_id: int) -> None:
-    """One stream micro-batch of `files`, through the stream's own foreachBatch."""
-    stream.IngestBatch(pipeline, tables)(bronze_batch(spark, files, ingest_time), batch_id)
 
 
 def damage(spark: SparkSession, tables: PipelineTables) -> None:
@@ -61,15 +49,6 @@ def derived_from_bronze(spark: SparkSession, pipeline: Pipeline, tables: Pipelin
                                   row_rules.of(pipeline.name))
     return (transforms.silver(parsed, read_dimension(spark, tables), pipeline),
             transforms.rejects(parsed))
-
-
-def differs(got: DataFrame, want: DataFrame) -> str:
-    """'' when both hold the same rows (with multiplicity), else a sample both ways."""
-    lost, extra = want.exceptAll(got), got.exceptAll(want)
-    if lost.isEmpty() and extra.isEmpty():
-        return ""
-    return (f"lost {lost.count()}: {lost.limit(3).collect()}; "
-            f"extra {extra.count()}: {extra.limit(3).collect()}")
 
 
 def assert_layers_exact(spark: SparkSession, pipeline: Pipeline, tables: PipelineTables,
@@ -193,8 +172,8 @@ def test_backfills_while_files_arrive_lose_and_double_nothing(spark, home, tmp_p
             ingest(spark, pipeline, tables, files, dt.datetime(2026, 11, 19, 22, wave, tzinfo=dt.UTC),
                    1 + wave)
 
-        ingester = run_in_thread(arrive, failures)
         damage(spark, tables)
+        ingester = run_in_thread(arrive, failures)
         backfill(spark, pipeline, DAY, DAY, home=home)
         ingester.join(HOLD_S)
         assert not failures, failures

@@ -16,8 +16,8 @@ from spark_jobs.generator import generate
 from spark_jobs.layers import ensure_tables
 from spark_jobs.topology import checkpoint_location
 from tests.helpers import table
+from tests.integration.batches import differs, ingest
 from tests.integration.pipelines import playback
-from tests.integration.test_backfill_concurrency import differs, ingest
 
 pytestmark = pytest.mark.slow
 DELTA_FILES_PER_BATCH = 1000   # the Delta source's default maxFilesPerTrigger
