@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs import transforms
 from spark_jobs.backfill import backfill, bronze_lines, latest_version
+from spark_jobs.control import eventlog
 from spark_jobs.layers import ensure_tables
 from spark_jobs.tables import append_new
 from tests.helpers import assert_exactly_once, table
@@ -88,6 +89,10 @@ def test_backfill_of_one_date_reads_only_the_bronze_files_of_that_date(spark, ho
     # the malformed line of LATE_DAY's ingest day is re-derived with it; other days' are not
     quarantine = table(spark, tables.quarantine)
     assert [r.ingest_date for r in quarantine.collect()] == [LATE_DAY]
+    # recorded once, at the library entry point every caller (CLI, DAG, runbooks) goes through
+    logged = [(e["outcome"], e["details"]["from"], e["details"]["to"])
+              for e in eventlog.read(home, "playback") if e["action"] == "backfill"]
+    assert logged == [("ok", LATE_DAY.isoformat(), LATE_DAY.isoformat())]
 
 
 def test_event_date_hint_is_the_event_date_silver_gets(spark):

@@ -26,9 +26,9 @@ DELTA_FILES_PER_BATCH = 1000   # the Delta source's default maxFilesPerTrigger
 def test_fresh_gold_query_over_a_silver_of_many_files_equals_its_aggregates(spark, home, tmp_path):
     pipeline = playback()
     tables = ensure_tables(spark, home, pipeline)
-    morning = generate(tmp_path / "a", files=2, sessions_per_file=3, seed=81,
+    morning = generate(tmp_path / "a", files=2, sessions_per_file=40, seed=81,
                        start=dt.datetime(2026, 11, 19, 3, 0, tzinfo=dt.UTC))
-    evening = generate(tmp_path / "b", files=2, sessions_per_file=3, seed=82,
+    evening = generate(tmp_path / "b", files=2, sessions_per_file=40, seed=82,
                        start=dt.datetime(2026, 11, 19, 20, 0, tzinfo=dt.UTC))
     ingest(spark, pipeline, tables, morning.files + evening.files,
            dt.datetime(2026, 11, 19, 21, 0, tzinfo=dt.UTC), 0)
