@@ -6,14 +6,17 @@ the silver version it was rebuilt from."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import shutil
 
 import pytest
+from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
 from spark_jobs import stream, transforms
 from spark_jobs.generator import generate
 from spark_jobs.layers import ensure_tables
+from spark_jobs.queries import GOLD_REBUILT_FROM
 from spark_jobs.topology import checkpoint_location
 from tests.helpers import table
 from tests.integration.batches import differs, ingest
@@ -45,6 +48,10 @@ def test_fresh_gold_query_over_a_silver_of_many_files_equals_its_aggregates(spar
     stream.run(pipeline, once=True, home=home, spark=spark)
     silver = table(spark, tables.silver)
     assert not (d := differs(table(spark, tables.gold), transforms.aggregate(silver, pipeline))), f"gold: {d}"
+    # gold was rebuilt in batch from silver's latest version, and not re-streamed from silver
+    last = DeltaTable.forPath(spark, str(tables.gold)).history(1).first()
+    silver_version = DeltaTable.forPath(spark, str(tables.silver)).history(1).first()["version"]
+    assert json.loads(last["userMetadata"] or "{}").get(GOLD_REBUILT_FROM) == silver_version, last
 
     # and the gold query goes on from there: a later file's windows are added, nothing doubled
     generate(home.landing("playback"), files=1, sessions_per_file=3, seed=83,
