@@ -1,26 +1,54 @@
-"""Back-fill: re-derive silver and gold for a range of event dates from bronze, with the very
-transforms the stream uses, replacing exactly those partitions. Running it again changes nothing;
-it may run beside the stream (conflicting commits are retried, see `tables`)."""
+"""Back-fill: re-derive silver, quarantine and gold for a range of event dates from bronze, with
+the very transforms the stream uses. Running it again changes nothing, and it may run beside the
+stream without erasing anything the stream commits meanwhile:
+
+- bronze is read as of one version `Vb`, and only its files that can hold lines of these dates
+  (bronze's `event_date_hint`, see `transforms.event_date_hint`);
+- each layer is reconciled with what those lines derive to by one MERGE of the differences
+  (`tables.reconcile`): a row is deleted only when its line is one of those read at `Vb` and no
+  longer derives to it, so the stream's rows from newer lines are never touched, and the MERGE's
+  own conflict detection retries around the stream's concurrent commits;
+- gold is recomputed from silver until it equals the aggregates of silver (the gold query may
+  have upserted windows meanwhile).
+
+Which lines a back-fill of dates D re-derives: those whose event time (as the contract parses it)
+falls on D, and those without a usable event time that were ingested on D (their quarantine rows).
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from spark_jobs import transforms
+from spark_jobs import queries, transforms
+from spark_jobs.control import eventlog
+from spark_jobs.errors import UserError
 from spark_jobs.home import WeirHome
-from spark_jobs.layers import ensure_tables, read_dimension
+from spark_jobs.layers import PipelineTables, ensure_tables, read_dimension
 from spark_jobs.quality import rules as row_rules
-from spark_jobs.tables import replace_partitions, sql_literal
+from spark_jobs.tables import reconcile, retry_conflicts, sql_literal
+from spark_jobs.topology import has_started
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pyspark.sql import DataFrame, SparkSession
 
     from spark_jobs.catalog import Pipeline
 
 log = logging.getLogger(__name__)
+# Rounds of "recompute gold from silver, merge the differences": more than one only when the
+# stream commits silver or gold for these dates while the back-fill runs.
+GOLD_ROUNDS = 4
+Hold = Callable[[str], None]
+
+
+class DateRangeError(UserError, ValueError):
+    """The end of a back-fill's range is before its start."""
 
 
 @dataclass(frozen=True)
@@ -30,6 +58,8 @@ class BackfillResult:
     date_to: dt.date
     silver_replaced: bool
     gold_replaced: bool
+    quarantine_replaced: bool = False
+    bronze_version: int | None = None
 
 
 def date_range(column: str, first: dt.date, last: dt.date) -> str:
@@ -37,30 +67,137 @@ def date_range(column: str, first: dt.date, last: dt.date) -> str:
 
 
 def backfill(spark: SparkSession, pipeline: Pipeline, date_from: dt.date, date_to: dt.date,
-             home: WeirHome | None = None) -> BackfillResult:
+             home: WeirHome | None = None, *, hold: Hold | None = None) -> BackfillResult:
+    """Re-derive silver, quarantine and gold of `date_from..date_to` (event dates, UTC) and
+    record the run in the event log. `hold(layer)` is called before each layer's write (tests use
+    it to commit a stream batch between the back-fill's read and its write)."""
     if date_to < date_from:
-        raise ValueError(f"--to {date_to} is before --from {date_from}")
+        raise DateRangeError(f"--to {date_to} is before --from {date_from}")
     home = home or WeirHome.from_env()
+    dates = {"from": date_from.isoformat(), "to": date_to.isoformat()}
+    try:
+        result = _backfill(spark, pipeline, date_from, date_to, home, hold or (lambda _layer: None))
+    except Exception as err:
+        reason = (str(err).splitlines() or [type(err).__name__])[0][:500]
+        eventlog.record(pipeline.name, "backfill", "failed", reason=reason, details=dates, home=home)
+        raise
+    eventlog.record(pipeline.name, "backfill", "ok", home=home, details={
+        **dates, "bronze_version": result.bronze_version, "silver_replaced": result.silver_replaced,
+        "quarantine_replaced": result.quarantine_replaced, "gold_replaced": result.gold_replaced})
+    return result
+
+
+def latest_version(spark: SparkSession, path: Path) -> int:
+    """The latest committed version of the Delta table at `path`."""
+    from delta.tables import DeltaTable
+
+    return int(DeltaTable.forPath(spark, str(path)).history(1).select("version").first()[0])
+
+
+def bronze_lines(spark: SparkSession, path: Path, version: int, date_from: dt.date,
+                 date_to: dt.date) -> DataFrame:
+    """The bronze rows, as of `version`, that a back-fill of these dates re-derives. Rows written
+    before `event_date_hint` existed have none and are read whatever the dates; Delta's per-file
+    statistics on the hint skip every other file."""
+    from pyspark.sql import functions as F
+
+    hint = F.col(transforms.EVENT_DATE_HINT)
+    return (spark.read.format("delta").option("versionAsOf", version).load(str(path))
+            .where(hint.between(F.lit(date_from), F.lit(date_to)) | hint.isNull()))
+
+
+def _backfill(spark: SparkSession, pipeline: Pipeline, date_from: dt.date, date_to: dt.date,
+              home: WeirHome, hold: Hold) -> BackfillResult:
     tables = ensure_tables(spark, home, pipeline)
     in_range = date_range("event_date", date_from, date_to)
+    version = latest_version(spark, tables.bronze)
+    lines = bronze_lines(spark, tables.bronze, version, date_from, date_to)
+    # the stream's own parse and row rules, so both keep and refuse the same rows
+    parsed = row_rules.with_rules(transforms.parse(lines, pipeline), row_rules.of(pipeline.name)).persist()
+    try:
+        derived = transforms.silver(parsed, read_dimension(spark, tables), pipeline)
+        lineage = parsed.select("_source", "_position")
+        silver_replaced = reconcile(derived.where(in_range), tables.silver, (pipeline.key,),
+                                    scope=in_range, partition="event_date", owned=lineage,
+                                    before_write=lambda: hold("silver"))
+        quarantine_replaced = _reconcile_quarantine(parsed, tables, pipeline, date_from, date_to, hold)
+    finally:
+        parsed.unpersist()
+    gold_replaced = _reconcile_gold(spark, tables, pipeline, date_from, date_to, hold)
+    log.info("%s back-fill %s..%s from bronze version %d: silver %s, quarantine %s, gold %s",
+             pipeline.name, date_from, date_to, version, _word(silver_replaced),
+             _word(quarantine_replaced), _word(gold_replaced))
+    return BackfillResult(pipeline.name, date_from, date_to, silver_replaced, gold_replaced,
+                          quarantine_replaced, version)
 
-    rules = row_rules.of(pipeline.name)
 
-    def silver_rows() -> DataFrame:
-        bronze = spark.read.format("delta").load(str(tables.bronze))
-        # the stream's own parse and row rules, so both keep and refuse the same rows
-        parsed = row_rules.with_rules(transforms.parse(bronze, pipeline), rules)
-        return transforms.silver(parsed, read_dimension(spark, tables), pipeline).where(in_range)
+def _reconcile_quarantine(parsed: DataFrame, tables: PipelineTables, pipeline: Pipeline,
+                          date_from: dt.date, date_to: dt.date, hold: Hold) -> bool:
+    """Quarantine rows of the lines read: the rejects are set, and a line that is now valid loses
+    its row — unless its event date is outside the range (its silver row belongs to a back-fill of
+    that date, which then takes it out of quarantine; until then it stays accounted for)."""
+    from pyspark.sql import functions as F
 
-    silver_replaced = replace_partitions(silver_rows, tables.silver, in_range)
+    inside = transforms.event_date(pipeline).between(F.lit(date_from), F.lit(date_to))
+    outside = F.col(transforms.REASON).isNull() & ~F.coalesce(inside, F.lit(False))
+    owned = (parsed.where(~outside)
+             .select(F.col("_source").alias("source"), F.col("_position").alias("position")))
+    outside_count = parsed.where(outside).count()
+    if outside_count:
+        log.warning("%s back-fill: %d line(s) read are valid events of dates outside the range; "
+                    "their quarantine rows stay until those dates are back-filled",
+                    pipeline.name, outside_count)
+    ingest_dates = [r[0] for r in parsed.select(F.to_date("_ingest_time")).distinct().collect()]
+    if not ingest_dates:
+        return False
+    scope = "ingest_date IN ({})".format(", ".join(sql_literal(d) for d in sorted(ingest_dates)))
+    return reconcile(transforms.rejects(parsed), tables.quarantine, transforms.BRONZE_KEY,
+                     scope=scope, partition="ingest_date", owned=owned,
+                     before_write=lambda: hold("quarantine"))
+
+
+def _reconcile_gold(spark: SparkSession, tables: PipelineTables, pipeline: Pipeline,
+                    date_from: dt.date, date_to: dt.date, hold: Hold) -> bool:
+    """Gold of the range = the aggregates of silver, recomputed until nothing differs: the gold
+    query may upsert a window from its own state while this runs, and the next round sees it."""
+    in_range = date_range("event_date", date_from, date_to)
     # A window starting on the last day may reach into the next one (sliding windows).
     spill = date_range("event_date", date_from, date_to + dt.timedelta(days=1))
-
-    def gold_rows() -> DataFrame:
+    replaced = False
+    for _ in range(GOLD_ROUNDS):
         silver = spark.read.format("delta").load(str(tables.silver)).where(spill)
-        return transforms.aggregate(silver, pipeline).where(in_range)
+        windows = transforms.aggregate(silver, pipeline).where(in_range)
+        if not reconcile(windows, tables.gold, transforms.gold_key(pipeline), scope=in_range,
+                         partition="event_date", before_write=lambda: hold("gold")):
+            return replaced
+        replaced = True
+    log.warning("%s back-fill %s..%s: gold still changing after %d rounds (the stream is writing "
+                "these dates); the next back-fill or gold batch completes it",
+                pipeline.name, date_from, date_to, GOLD_ROUNDS)
+    return replaced
 
-    gold_replaced = replace_partitions(gold_rows, tables.gold, in_range)
-    log.info("%s back-fill %s..%s: silver %s, gold %s", pipeline.name, date_from, date_to,
-             "replaced" if silver_replaced else "unchanged", "replaced" if gold_replaced else "unchanged")
-    return BackfillResult(pipeline.name, date_from, date_to, silver_replaced, gold_replaced)
+
+def rebuild_gold(spark: SparkSession, pipeline: Pipeline, home: WeirHome,
+                 tables: PipelineTables) -> int | None:
+    """Before a gold query starts on a fresh checkpoint (first start, reset): set gold to the
+    aggregates of silver as of its latest version V in one batch job, and mark that commit so the
+    query reads silver from V+1 (`queries.gold_starting_version`). Re-reading an existing silver
+    as a stream would take it in file order, and rows older than its first batch's watermark
+    would be dropped as late, windows upserted with partial counts. Returns V (None: nothing to
+    do, the query has a checkpoint)."""
+    if has_started(home, pipeline, "gold"):
+        return None
+    version = latest_version(spark, tables.silver)
+    silver = spark.read.format("delta").option("versionAsOf", version).load(str(tables.silver))
+    windows = transforms.aggregate(silver, pipeline)
+    marker = json.dumps({queries.GOLD_REBUILT_FROM: version})
+    retry_conflicts(lambda: windows.write.format("delta").mode("overwrite")
+                    .option("userMetadata", marker).save(str(tables.gold)),
+                    what=f"rebuild {tables.gold}")
+    log.info("%s: gold rebuilt from silver version %d; the gold query starts after it",
+             pipeline.name, version)
+    return version
+
+
+def _word(changed: bool) -> str:
+    return "replaced" if changed else "unchanged"

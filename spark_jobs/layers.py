@@ -53,7 +53,7 @@ def read_dimension(spark: SparkSession, tables: PipelineTables) -> DataFrame | N
 def ensure_tables(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> PipelineTables:
     """Create the pipeline's tables (and seed its dimension) if they do not exist yet."""
     from spark_jobs import transforms
-    from spark_jobs.tables import ensure_table
+    from spark_jobs.tables import add_missing_columns, ensure_table
 
     tables = PipelineTables.of(home, pipeline)
     empty_bronze = spark.createDataFrame([], transforms.BRONZE_SCHEMA)
@@ -63,7 +63,9 @@ def ensure_tables(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> Pi
         _seed_dimension(spark, tables.dimension, pipeline)
         dimension = read_dimension(spark, tables)
     silver = transforms.silver(parsed, dimension, pipeline)
-    ensure_table(spark, tables.bronze, transforms.BRONZE_SCHEMA, ["ingest_date"])
+    ensure_table(spark, tables.bronze, transforms.BRONZE_TABLE_SCHEMA, ["ingest_date"])
+    # bronze created before `event_date_hint` existed: its old rows read it as null
+    add_missing_columns(spark, tables.bronze, transforms.BRONZE_TABLE_SCHEMA)
     ensure_table(spark, tables.quarantine, transforms.rejects(parsed).schema, ["ingest_date"])
     ensure_table(spark, tables.silver, silver.schema, ["event_date"])
     ensure_table(spark, tables.gold, transforms.aggregate(silver, pipeline).schema, ["event_date"])

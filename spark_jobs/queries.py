@@ -4,10 +4,12 @@ plan the check compares with the checkpoint is the plan the driver starts."""
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from spark_jobs import transforms
 from spark_jobs.sources import read_stream
+from spark_jobs.topology import has_started
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -22,12 +24,44 @@ def ingest(spark: SparkSession, pipeline: Pipeline, home: WeirHome) -> DataFrame
     return read_stream(spark, pipeline, home)
 
 
-def gold(spark: SparkSession, pipeline: Pipeline, tables: PipelineTables) -> DataFrame:
+# Key of the `userMetadata` JSON of the gold commit that rebuilt gold from silver in batch.
+GOLD_REBUILT_FROM = "gold_rebuilt_from_silver_version"
+
+
+def gold_starting_version(spark: SparkSession, pipeline: Pipeline, home: WeirHome,
+                          tables: PipelineTables) -> str | None:
+    """The silver version a gold query on a fresh checkpoint starts from: the one after the
+    version V gold was last rebuilt from in batch (`backfill.rebuild_gold`, run just before the
+    query starts). Delta refuses a starting version that does not exist yet, so while V is still
+    silver's latest this is `latest` (= V+1, resolved when the query starts). None once the query
+    has a checkpoint (Spark ignores starting options then) or when gold was never rebuilt."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    if has_started(home, pipeline, "gold") or not DeltaTable.isDeltaTable(spark, str(tables.gold)):
+        return None
+    marked = (DeltaTable.forPath(spark, str(tables.gold)).history(50)
+              .where(F.col("userMetadata").contains(GOLD_REBUILT_FROM))
+              .orderBy(F.col("version").desc()).select("userMetadata").first())
+    if marked is None:
+        return None
+    rebuilt_from = int(json.loads(marked[0])[GOLD_REBUILT_FROM])
+    latest = int(DeltaTable.forPath(spark, str(tables.silver)).history(1).first()["version"])
+    return str(rebuilt_from + 1) if latest > rebuilt_from else "latest"
+
+
+def gold(spark: SparkSession, pipeline: Pipeline, tables: PipelineTables,
+         home: WeirHome | None = None) -> DataFrame:
     """Silver as a Delta stream → watermarked event-time windows with the catalog's measures.
     Back-fills rewrite silver partitions; their change commits are skipped here, and the
-    back-fill replaces gold for those dates itself."""
-    silver = (spark.readStream.format("delta").option("skipChangeCommits", "true")
-              .load(str(tables.silver)))
+    back-fill replaces gold for those dates itself. On a fresh checkpoint (with `home`) the query
+    starts after the silver version gold was rebuilt from, instead of re-reading all of silver in
+    file order (which drops as late what its first batch's watermark excludes)."""
+    reader = spark.readStream.format("delta").option("skipChangeCommits", "true")
+    starting = gold_starting_version(spark, pipeline, home, tables) if home is not None else None
+    if starting is not None:
+        reader = reader.option("startingVersion", starting)
+    silver = reader.load(str(tables.silver))
     return transforms.aggregate(
         silver.withWatermark(pipeline.event_time, pipeline.aggregation.watermark), pipeline)
 
@@ -38,5 +72,5 @@ def build(spark: SparkSession, pipeline: Pipeline, home: WeirHome, tables: Pipel
     if query == "ingest":
         return ingest(spark, pipeline, home)
     if query == "gold":
-        return gold(spark, pipeline, tables)
+        return gold(spark, pipeline, tables, home)
     raise ValueError(f"unknown query {query!r}")

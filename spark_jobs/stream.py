@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
 from spark_jobs import catalog, queries, transforms
+from spark_jobs.backfill import rebuild_gold
 from spark_jobs.control import progress
 from spark_jobs.control.lease import fence
 from spark_jobs.home import WeirHome
@@ -86,7 +87,8 @@ class IngestBatch:
         fence(self.pipeline.name)
         p, t = self.pipeline, self.tables
         started = time.monotonic()
-        batch = batch.persist()
+        # stored in bronze so that a back-fill reads only the files of its dates
+        batch = batch.withColumn(transforms.EVENT_DATE_HINT, transforms.event_date_hint(p)).persist()
         parsed = row_rules.with_rules(transforms.parse(batch, p), self.rules).persist()
         try:
             summary = BatchSummary.of(parsed, p, self.rules)
@@ -223,6 +225,7 @@ def run(pipeline: Pipeline, *, once: bool = False, home: WeirHome | None = None,
 def _run_queries(spark: SparkSession, pipeline: Pipeline, home: WeirHome, *, once: bool,
                  stop: threading.Event, monitor: DriverMonitor) -> None:
     tables = ensure_tables(spark, home, pipeline)
+    rebuild_gold(spark, pipeline, home, tables)  # a fresh gold query does not re-stream silver
     if once:
         for name in QUERIES:
             query = start_query(spark, pipeline, home, tables, name, once=True)

@@ -6,7 +6,8 @@ replayed micro-batch (after a crash, or after a checkpoint restore) changes noth
 - `insert_new`: the same as an insert-only MERGE, whose conflict detection keeps it exact beside
   concurrent writers (silver, which the back-fill rewrites while the stream runs);
 - `upsert`: set the row of each key (gold windows, whose values are complete aggregates);
-- `replace_partitions`: swap exactly the given partitions (back-fill).
+- `reconcile`: make a range of a table equal re-derived rows by one MERGE of the differences,
+  deleting only rows the caller owns (back-fill: never what the stream committed meanwhile).
 
 Concurrent commits (stream + back-fill + compaction) are retried within a bound, never lost.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 import datetime
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
@@ -134,22 +135,61 @@ def upsert(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | None =
     retry_conflicts(merge, what=f"upsert into {path}")
 
 
-def replace_partitions(compute: Callable[[], DataFrame], path: Path, predicate: str) -> bool:
-    """Replace the rows matching `predicate` with `compute()`, unless they are equal already.
-    `compute` is called again on a conflict, so a retry sees what the other writer committed.
-    Returns whether a commit was made."""
+def add_missing_columns(spark: SparkSession, path: Path, schema: StructType) -> None:
+    """Add the nullable columns of `schema` that the table at `path` lacks (a table created by an
+    older version of the code); existing rows read them as null."""
+    present = set(spark.read.format("delta").load(str(path)).columns)
+    missing = [f for f in schema.fields if f.name not in present]
+    if not missing:
+        return
+    columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
+    retry_conflicts(lambda: spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({columns})"),
+                    what=f"add columns to {path}")
 
-    def replace() -> bool:
-        new = compute().persist()
-        try:
-            spark = new.sparkSession
-            old = spark.read.format("delta").load(str(path)).where(predicate)
-            if new.exceptAll(old).isEmpty() and old.exceptAll(new).isEmpty():
-                return False
-            (new.write.format("delta").mode("overwrite").option("replaceWhere", predicate)
-             .save(str(path)))
-            return True
-        finally:
-            new.unpersist()
 
-    return retry_conflicts(replace, what=f"replace {predicate} in {path}")
+OP = "_weir_op"
+
+
+def reconcile(new: DataFrame, path: Path, key: Sequence[str], *, scope: str, partition: str,
+              owned: DataFrame | None = None, before_write: Callable[[], None] | None = None) -> bool:
+    """Make the rows of the table at `path` matching `scope` (SQL on its columns) equal `new`, with
+    one MERGE of the differences; returns whether it committed (nothing when they are equal).
+
+    Rows of `new` that are missing or differ are set by (null-safe) `key`. A row in scope whose
+    key `new` lacks is deleted only if it is `owned` (matches a row of `owned` on all of `owned`'s
+    columns; every row in scope when `owned` is None) and only as it was read: rows another writer
+    commits meanwhile are never touched. The MERGE reads its target inside its own transaction, so
+    a concurrent commit to the same partitions is a conflict, and is retried. `before_write` runs
+    once the differences are known, before the MERGE (a seam to force a race in tests)."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    spark = new.sparkSession
+    columns = spark.read.format("delta").load(str(path)).columns
+    existing = spark.read.format("delta").load(str(path)).where(scope)
+    new = new.select(*columns)
+    same_key = " AND ".join(f"e.`{k}` <=> n.`{k}`" for k in key)
+    gone = existing.alias("e").join(new.select(*key).alias("n"), F.expr(same_key), "left_anti")
+    if owned is not None:
+        gone = gone.join(owned, on=[gone[c].eqNullSafe(owned[c]) for c in owned.columns], how="left_semi")
+    changes = (new.exceptAll(existing).withColumn(OP, F.lit("upsert"))
+               .unionByName(gone.withColumn(OP, F.lit("delete")))).localCheckpoint()
+    if before_write is not None:
+        before_write()
+    partitions = [row[0] for row in changes.select(partition).distinct().collect()]
+    if not partitions:
+        return False
+    condition = " AND ".join([f"t.`{k}` <=> s.`{k}`" for k in key] + [in_list(partition, partitions)])
+    as_read = " AND ".join(f"t.`{c}` <=> s.`{c}`" for c in columns)
+    values = {c: f"s.`{c}`" for c in columns}
+
+    def merge() -> None:
+        (DeltaTable.forPath(spark, str(path)).alias("t")
+         .merge(changes.alias("s"), condition)
+         .whenMatchedUpdate(condition=f"s.{OP} = 'upsert'", set=values)
+         .whenMatchedDelete(condition=f"s.{OP} = 'delete' AND {as_read}")
+         .whenNotMatchedInsert(condition=f"s.{OP} = 'upsert'", values=values)
+         .execute())
+
+    retry_conflicts(merge, what=f"reconcile {scope} in {path}")
+    return True

@@ -52,6 +52,10 @@ BRONZE_SCHEMA = StructType([
     StructField("raw_bytes", BinaryType()),
 ])
 BRONZE_KEY = ("source", "position")
+EVENT_DATE_HINT = "event_date_hint"
+# Bronze as stored: the source's columns plus the date a back-fill files each line under (see
+# `event_date_hint`), whose per-file min/max statistics let a back-fill read only its dates' files.
+BRONZE_TABLE_SCHEMA = StructType([*BRONZE_SCHEMA.fields, StructField(EVENT_DATE_HINT, DateType())])
 
 
 def _raw_schema(pipeline: Pipeline) -> StructType:
@@ -142,6 +146,18 @@ def parse(bronze: DataFrame, pipeline: Pipeline) -> DataFrame:
         F.col(f"_raw.{CORRUPT}").isNotNull() | F.col("_raw").isNull(), F.lit("malformed JSON")))
     reason = F.coalesce(structural, F.nullif(F.concat_ws("; ", *field_reasons), F.lit("")))
     return parsed.select(*LINEAGE, "value", "_raw_bytes", *typed_cols, reason.alias(REASON))
+
+
+def event_date_hint(pipeline: Pipeline) -> Column:
+    """The date a back-fill files a bronze row's line under: the UTC date of its event time as the
+    contract parses it (the same test and parse as `_field_reasons`), else its ingest date (a line
+    without a usable event time can only be a reject). Null when the event time is not a contract
+    timestamp: a back-fill then reads such lines whatever its dates."""
+    field = next((f for f in pipeline.fields if f.name == pipeline.event_time), None)
+    if field is None or field.type != "timestamp":
+        return F.lit(None).cast(DateType())
+    raw = F.from_json(F.col("value"), StructType([StructField(field.name, StringType())]))[field.name]
+    return F.coalesce(F.to_date(F.when(raw.rlike(ISO_8601), F.try_to_timestamp(raw))), F.col("ingest_date"))
 
 
 def rejects(parsed: DataFrame) -> DataFrame:

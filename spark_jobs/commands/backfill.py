@@ -1,4 +1,5 @@
-"""`weir backfill P --from DATE --to DATE`: re-derive silver and gold for those event dates."""
+"""`weir backfill P --from DATE --to DATE`: re-derive silver, quarantine and gold for those event
+dates from bronze (safe beside the running stream; event-logged)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from spark_jobs.errors import UserError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("backfill", help="re-derive silver and gold for a range of event dates",
-                              description=__doc__)
+    p = subparsers.add_parser(
+        "backfill", help="re-derive silver, quarantine and gold for a range of event dates",
+        description=__doc__)
     p.add_argument("pipeline", type=pipeline_arg)
     p.add_argument("--from", dest="date_from", type=iso_date, required=True, metavar="YYYY-MM-DD")
     p.add_argument("--to", dest="date_to", type=iso_date, required=True, metavar="YYYY-MM-DD")
@@ -37,10 +39,12 @@ def handle(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"pipeline": result.pipeline, "from": str(result.date_from),
                           "to": str(result.date_to), "silver_replaced": result.silver_replaced,
-                          "gold_replaced": result.gold_replaced}))
+                          "quarantine_replaced": result.quarantine_replaced,
+                          "gold_replaced": result.gold_replaced, "bronze_version": result.bronze_version}))
     else:
         def word(changed: bool) -> str:
             return "replaced" if changed else "unchanged"
         print(f"{pipeline.name} {result.date_from}..{result.date_to}: "
-              f"silver {word(result.silver_replaced)}, gold {word(result.gold_replaced)}")
+              f"silver {word(result.silver_replaced)}, quarantine {word(result.quarantine_replaced)}, "
+              f"gold {word(result.gold_replaced)}")
     return 0

@@ -1,0 +1,117 @@
+"""A back-fill reads only the bronze its dates need (issue 11, requirement 4): bronze rows carry
+`event_date_hint`, and Delta's per-file statistics on it skip the files of other dates, whatever
+day the lines were ingested."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs import transforms
+from spark_jobs.backfill import backfill, bronze_lines, latest_version
+from spark_jobs.control import eventlog
+from spark_jobs.layers import ensure_tables
+from spark_jobs.tables import append_new
+from tests.helpers import assert_exactly_once, table
+from tests.integration.pipelines import playback
+
+pytestmark = pytest.mark.slow
+FIRST = dt.date(2026, 11, 1)
+DAYS = 10
+PER_DAY = 20
+LATE_DAY = FIRST + dt.timedelta(days=4)   # its events also arrive, late, with the next ingest day
+
+
+def event(event_id: str, day: dt.date) -> str:
+    return json.dumps({"event_id": event_id, "session_id": "s", "user_id": "u", "content_id": "c001",
+                       "event_type": "heartbeat", "event_time": f"{day.isoformat()}T12:00:00Z"})
+
+
+def bronze_of_days(spark: SparkSession) -> tuple[DataFrame, set[str]]:
+    """`DAYS` ingest days of lines of their own day; the day after `LATE_DAY` also brings late
+    events of `LATE_DAY`, and every day a malformed line (no event time: filed by ingest day)."""
+    rows, late_day_ids = [], set()
+    for d in range(DAYS):
+        day = FIRST + dt.timedelta(days=d)
+        ingest = dt.datetime.combine(day, dt.time(23, 0), tzinfo=dt.UTC)
+        lines = [event(f"e{d}-{i}", day) for i in range(PER_DAY)] + ['{"event_id": "broken", ']
+        if day == LATE_DAY + dt.timedelta(days=1):
+            lines += [event(f"late-{i}", LATE_DAY) for i in range(3)]
+            late_day_ids |= {f"late-{i}" for i in range(3)}
+        if day == LATE_DAY:
+            late_day_ids |= {f"e{d}-{i}" for i in range(PER_DAY)}
+        rows += [(line, f"file:///landing/day{d}.jsonl", i + 1, None, None, None, None, ingest, day)
+                 for i, line in enumerate(lines)]
+    bronze = spark.createDataFrame(rows, transforms.BRONZE_SCHEMA)
+    return bronze.withColumn(transforms.EVENT_DATE_HINT, transforms.event_date_hint(playback())), late_day_ids
+
+
+def scanned(df: DataFrame) -> tuple[int, int]:
+    """(files, rows) the scans of `df` read, from the executed plan's metrics."""
+    df.collect()
+    plan = df._jdf.queryExecution().executedPlan()
+    if plan.nodeName() == "AdaptiveSparkPlan":
+        plan = plan.executedPlan()
+    files = rows = 0
+    stack = [plan]
+    while stack:
+        node = stack.pop()
+        metrics = node.metrics()
+        if "Scan" in node.nodeName() and metrics.contains("numFiles"):
+            files += int(metrics.apply("numFiles").value())
+            rows += int(metrics.apply("numOutputRows").value())
+        children = node.children()
+        stack += [children.apply(i) for i in range(children.size())]
+    return files, rows
+
+
+def test_backfill_of_one_date_reads_only_the_bronze_files_of_that_date(spark, home):
+    pipeline = playback()
+    tables = ensure_tables(spark, home, pipeline)
+    bronze, late_day_ids = bronze_of_days(spark)
+    # one file per ingest day, as a day of stream batches compacted would be
+    append_new(bronze.repartition(1, "ingest_date"), tables.bronze, transforms.BRONZE_KEY)
+    version = latest_version(spark, tables.bronze)
+    all_files, all_rows = scanned(table(spark, tables.bronze))
+    assert all_files == DAYS and all_rows == DAYS * (PER_DAY + 1) + 3
+
+    files, rows = scanned(bronze_lines(spark, tables.bronze, version, LATE_DAY, LATE_DAY))
+    # LATE_DAY's own ingest file, and the next day's, which holds its late events
+    assert (files, rows) == (2, 2 * (PER_DAY + 1) + 3), (files, rows, all_files, all_rows)
+
+    result = backfill(spark, pipeline, LATE_DAY, LATE_DAY, home=home)
+    assert result.silver_replaced and result.quarantine_replaced
+    assert_exactly_once(table(spark, tables.silver), ("event_id",), late_day_ids, "silver")
+    # the malformed line of LATE_DAY's ingest day is re-derived with it; other days' are not
+    quarantine = table(spark, tables.quarantine)
+    assert [r.ingest_date for r in quarantine.collect()] == [LATE_DAY]
+    # recorded once, at the library entry point every caller (CLI, DAG, runbooks) goes through
+    logged = [(e["outcome"], e["details"]["from"], e["details"]["to"])
+              for e in eventlog.read(home, "playback") if e["action"] == "backfill"]
+    assert logged == [("ok", LATE_DAY.isoformat(), LATE_DAY.isoformat())]
+
+
+def test_event_date_hint_is_the_event_date_silver_gets(spark):
+    """The hint and silver's `event_date` come from one parse: a back-fill finds every line of a
+    date. Lines without a usable event time are filed under their ingest date."""
+    pipeline = playback()
+    ingest = dt.datetime(2026, 11, 20, 1, 0, tzinfo=dt.UTC)
+    lines = [event("a", dt.date(2026, 11, 19)),
+             event("b", dt.date(2026, 11, 19)).replace("T12:00:00Z", "T23:59:59.999+00:00"),
+             event("c", dt.date(2026, 11, 19)).replace("T12:00:00Z", "T23:30:00-02:00"),
+             event("d", dt.date(2026, 11, 19)).replace("2026-11-19T12:00:00Z", "19/11/2026"),
+             '{"event_id": "broken", ', "[1, 2]", ""]
+    bronze = spark.createDataFrame(
+        [(line, "f", i, None, None, None, None, ingest, ingest.date()) for i, line in enumerate(lines)],
+        transforms.BRONZE_SCHEMA).withColumn(transforms.EVENT_DATE_HINT, transforms.event_date_hint(pipeline))
+    parsed = transforms.parse(bronze, pipeline).withColumn("event_date", transforms.event_date(pipeline))
+    got = {r._position: (r.event_date, r.hint) for r in parsed.join(
+        bronze.select(F.col("position").alias("_position"), F.col(transforms.EVENT_DATE_HINT).alias("hint")),
+        "_position").collect()}
+    assert got == {0: (dt.date(2026, 11, 19),) * 2, 1: (dt.date(2026, 11, 19),) * 2,
+                   2: (dt.date(2026, 11, 20),) * 2, 3: (None, ingest.date()),
+                   4: (None, ingest.date()), 5: (None, ingest.date()), 6: (None, ingest.date())}
