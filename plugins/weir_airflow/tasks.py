@@ -15,30 +15,26 @@ CLI_ENTRY = REPO_ROOT / "spark_jobs" / "cli.py"
 RECENT_DAYS = 2
 
 
-def submit_cli(pipeline: str, args: list[str], *, conn_id: str = "spark_default") -> None:
+def submit_cli(pipeline: str, args: list[str], *, conn_id: str = "spark_default",
+               actor: str | None = None) -> None:
     """Run a `weir` command as a Spark application (spark-submit of the CLI, blocking), so batch
-    jobs run on the same cluster manager as the streams."""
+    jobs run on the same cluster manager as the streams. `actor` names who asked, in the event log
+    the command itself writes."""
     from spark_jobs.control.driver import driver_environment
     from weir_airflow.hooks import WeirSparkSubmitHook
 
     env = driver_environment()
+    env_vars = {k: env[k] for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "WEIR_HOME", "PATH")}
+    if actor:
+        env_vars["WEIR_ACTOR"] = actor
     hook = WeirSparkSubmitHook(
-        conn_id=conn_id, name=f"weir-{args[0]}-{pipeline}", application_args=args,
-        env_vars={k: env[k] for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "WEIR_HOME", "PATH")})
+        conn_id=conn_id, name=f"weir-{args[0]}-{pipeline}", application_args=args, env_vars=env_vars)
     hook.submit(str(CLI_ENTRY))
 
 
 def backfill_date(pipeline: str, day: str, actor: str = "airflow") -> dict[str, Any]:
-    """Back-fill one event date through the same job as `weir backfill`; event-logged."""
-    from spark_jobs.control import eventlog
-
-    try:
-        submit_cli(pipeline, ["backfill", pipeline, "--from", day, "--to", day])
-    except Exception as err:
-        eventlog.record(pipeline, "backfill", "failed", actor=actor, reason=str(err)[:500],
-                        details={"date": day})
-        raise
-    eventlog.record(pipeline, "backfill", "ok", actor=actor, details={"date": day})
+    """Back-fill one event date through the same job as `weir backfill` (which event-logs it)."""
+    submit_cli(pipeline, ["backfill", pipeline, "--from", day, "--to", day], actor=actor)
     return {"pipeline": pipeline, "date": day}
 
 

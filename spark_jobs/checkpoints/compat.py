@@ -174,6 +174,8 @@ def delta_table_id(table: Path) -> str | None:
 def _source_kind(offset: Any) -> str:
     if isinstance(offset, dict) and {"manifest", "file", "byte"} <= offset.keys():
         return "files"
+    if isinstance(offset, dict) and "logOffset" in offset:
+        return "spark file source (before Weir's landing reader)"
     if isinstance(offset, dict) and "reservoirVersion" in offset:
         return "delta"
     if isinstance(offset, dict):

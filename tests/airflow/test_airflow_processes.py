@@ -130,7 +130,7 @@ def test_airflow_backfill_repairs_silver_and_gold_one_run_per_event_date(
     assert_exactly_once(table(spark, tables.silver), ["event_id"], landed.event_ids, "silver")
     assertDataFrameEqual(table(spark, tables.gold), gold_before, checkRowOrder=False)
     logged = eventlog.read(home, P)
-    backfills = sorted((e["details"]["date"], e["outcome"], e["actor"]) for e in logged
+    backfills = sorted((e["details"]["from"], e["outcome"], e["actor"]) for e in logged
                        if e["action"] == "backfill")
     user = getpass.getuser()
     assert backfills == [("2026-11-19", "ok", user), ("2026-11-20", "ok", user)], backfills

@@ -44,7 +44,7 @@ def bronze_of_days(spark: SparkSession) -> tuple[DataFrame, set[str]]:
             late_day_ids |= {f"late-{i}" for i in range(3)}
         if day == LATE_DAY:
             late_day_ids |= {f"e{d}-{i}" for i in range(PER_DAY)}
-        rows += [(line, f"file:///landing/day{d}.jsonl", i + 1, None, None, None, None, ingest, day)
+        rows += [(line, f"file:///landing/day{d}.jsonl", i + 1, None, None, None, None, ingest, day, None)
                  for i, line in enumerate(lines)]
     bronze = spark.createDataFrame(rows, transforms.BRONZE_SCHEMA)
     return bronze.withColumn(transforms.EVENT_DATE_HINT, transforms.event_date_hint(playback())), late_day_ids
@@ -106,7 +106,7 @@ def test_event_date_hint_is_the_event_date_silver_gets(spark):
              event("d", dt.date(2026, 11, 19)).replace("2026-11-19T12:00:00Z", "19/11/2026"),
              '{"event_id": "broken", ', "[1, 2]", ""]
     bronze = spark.createDataFrame(
-        [(line, "f", i, None, None, None, None, ingest, ingest.date()) for i, line in enumerate(lines)],
+        [(line, "f", i, None, None, None, None, ingest, ingest.date(), None) for i, line in enumerate(lines)],
         transforms.BRONZE_SCHEMA).withColumn(transforms.EVENT_DATE_HINT, transforms.event_date_hint(pipeline))
     parsed = transforms.parse(bronze, pipeline).withColumn("event_date", transforms.event_date(pipeline))
     got = {r._position: (r.event_date, r.hint) for r in parsed.join(
