@@ -112,7 +112,7 @@ def _holding(home: WeirHome, pipeline: str, action: str, *, dry_run: bool) -> It
         yield
         return
     try:
-        held = lease.acquire(home, pipeline)
+        held = lease.acquire(home, pipeline, holder=f"checkpoint {action}")
     except lease.LeaseHeldError:
         _refuse_while_running(home, pipeline, action)
         raise            # the holder ended between the two looks: still refused, by the lease

@@ -85,6 +85,12 @@ class LeaseRecord:
     acquired_at: str
     fencing_token: int = 0     # grows with every acquisition of the pipeline's lease
     renewed_at: str | None = None
+    # "driver", or the checkpoint action holding the pipeline still (restore, rewind, reset)
+    holder: str = "driver"
+
+    @property
+    def is_driver(self) -> bool:
+        return self.holder == "driver"
 
     @property
     def process(self) -> ProcessRef:
@@ -101,7 +107,7 @@ class LeaseRecord:
     def from_json(cls, data: dict[str, Any]) -> LeaseRecord:
         return cls(data["pipeline"], int(data["pid"]), data["host"], data.get("start_ticks"),
                    data["token"], data["acquired_at"], int(data.get("fencing_token") or 0),
-                   data.get("renewed_at"))
+                   data.get("renewed_at"), data.get("holder") or "driver")
 
 
 def lease_path(home: WeirHome, pipeline: str) -> Path:
@@ -250,9 +256,11 @@ class Lease:
         self.release()
 
 
-def acquire(home: WeirHome, pipeline: str, ttl_s: float | None = None) -> Lease:
+def acquire(home: WeirHome, pipeline: str, ttl_s: float | None = None, *,
+            holder: str = "driver") -> Lease:
     """Take the pipeline's lease for this process with the next fencing token and keep it renewed,
-    or raise `LeaseHeldError` naming the live holder."""
+    or raise `LeaseHeldError` naming the live holder. `holder` says what holds it: a driver, or a
+    checkpoint action that keeps the pipeline still."""
     me = ProcessRef.current()
     with _locked(home, pipeline):
         current = read(home, pipeline)
@@ -260,8 +268,9 @@ def acquire(home: WeirHome, pipeline: str, ttl_s: float | None = None) -> Lease:
         if current is not None:
             state = liveness(current, ttl_s)
             if not state.takeable:
+                what = "driver" if current.is_driver else f"{current.holder} (a checkpoint action)"
                 raise LeaseHeldError(
-                    f"pipeline {pipeline} is already running: driver pid {current.pid} on "
+                    f"pipeline {pipeline} is already running: {what} pid {current.pid} on "
                     f"{current.host} holds its lease since {current.acquired_at}; stop it first "
                     f"(Airflow DAG {pipeline}_stop)")
             log.warning("%s: taking over the %s lease of pid %d on %s (fencing token %d, renewed %s)",
@@ -270,7 +279,7 @@ def acquire(home: WeirHome, pipeline: str, ttl_s: float | None = None) -> Lease:
             last_token = max(last_token, current.fencing_token)
         now = iso(now_utc())
         record = LeaseRecord(pipeline, me.pid, me.host, me.start_ticks, uuid.uuid4().hex, now,
-                             last_token + 1, now)
+                             last_token + 1, now, holder)
         write_json_atomically(fencing_path(home, pipeline),
                               {"pipeline": pipeline, "fencing_token": record.fencing_token})
         write_json_atomically(lease_path(home, pipeline), asdict(record))

@@ -28,6 +28,7 @@ from spark_jobs.control.lease import LeaseRecord, iso, now_utc, write_json_atomi
 from spark_jobs.control.liveness import Liveness
 from spark_jobs.control.processes import signal_process, wait_gone
 from spark_jobs.control.supervision import mark_stopped
+from spark_jobs.errors import UserError
 from spark_jobs.home import WeirHome
 
 log = logging.getLogger(__name__)
@@ -79,10 +80,14 @@ def stop_driver(home: WeirHome, pipeline: str, *, actor: str, reason: str | None
 def _stop(home: WeirHome, pipeline: str, *, actor: str, reason: str | None, intent: str,
           graceful_timeout_s: float, term_timeout_s: float) -> StopOutcome:
     started = time.monotonic()
-    mark_stopped(home, pipeline, actor=actor, reason=reason, intent=intent)
     holder = leases.read(home, pipeline)
     if holder is not None and leases.liveness(holder) is Liveness.GONE:
         holder = None  # its process ended without giving the lease back: nothing to stop
+    if holder is not None and not holder.is_driver:
+        # Killing a restore, rewind or reset half-way would leave a half-installed checkpoint.
+        raise UserError(f"{pipeline} is held by {holder.holder} (pid {holder.pid}); "
+                        "no driver to stop: wait until it has finished")
+    mark_stopped(home, pipeline, actor=actor, reason=reason, intent=intent)
     launch = read_launch(home, pipeline)
     if holder is None:
         # No lease holder; a launch that has not taken the lease yet is stopped outright.

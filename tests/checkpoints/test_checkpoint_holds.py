@@ -117,3 +117,13 @@ def test_restore_refuses_a_backup_of_another_pipeline(home):
         assert "\n" not in str(err.value)
     assert sorted(str(f.relative_to(gold)) for f in gold.rglob("*")) == before
     assert lease.read(home, "playback") is None
+
+
+def test_weir_stop_refuses_to_kill_a_checkpoint_action_holding_the_pipeline(home) -> None:
+    from spark_jobs.control import stop
+    from spark_jobs.errors import UserError
+
+    with lease.acquire(home, "playback", holder="checkpoint restore") as held:
+        with pytest.raises(UserError, match="held by checkpoint restore"):
+            stop.stop_driver(home, "playback", actor="on-call", reason="test")
+        assert lease.read(home, "playback").token == held.record.token
