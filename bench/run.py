@@ -73,6 +73,12 @@ FULL = Profile(base=Size(files=8, sessions_per_file=40), warmup=Size(files=2, se
                multipliers=(1, 4, 16), files_per_trigger=2, repeats_cheap=3, repeats_stream=1,
                latency_duration_s=45, latency_settle_s=10, scale_cores=True, worker_timeout_s=420,
                contributed_timeout_s=300, budget_s=1080, one_worker=False)
+# Production volume: ~1M lines (20 files of ~12 MB) as one backlog; the platform's batches are
+# bounded by bytes (the catalog default, 64 MB), the bare job reads as Spark's text source does.
+VOLUME = Profile(base=Size(files=20, sessions_per_file=4650), warmup=Size(files=2, sessions_per_file=10),
+                 multipliers=(1,), files_per_trigger=0, repeats_cheap=1, repeats_stream=1,
+                 latency_duration_s=45, latency_settle_s=10, scale_cores=False, worker_timeout_s=1500,
+                 contributed_timeout_s=600, budget_s=3600, one_worker=False)
 QUICK = Profile(base=Size(files=2, sessions_per_file=6), warmup=Size(files=1, sessions_per_file=2),
                 multipliers=(1, 2), files_per_trigger=1, repeats_cheap=1, repeats_stream=1,
                 latency_duration_s=3, latency_settle_s=1, scale_cores=False, worker_timeout_s=240,
@@ -258,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="tiny data, one JVM (smoke run)")
+    parser.add_argument("--volume", action="store_true",
+                        help="production volume: ~1M lines as one backlog (use with --only)")
     parser.add_argument("--only", action="append", choices=NAMES, metavar="NAME",
                         help=f"run only these measurements (repeatable): {', '.join(NAMES)}")
     parser.add_argument("--out", type=Path, default=None,
@@ -274,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     selected = list(args.only or NAMES)
     for name in list(selected):
         selected += [n for n in NEEDS.get(name, ()) if n not in selected]
-    profile = QUICK if args.quick else FULL
+    profile = QUICK if args.quick else VOLUME if args.volume else FULL
     if args.budget_s:
         profile = dataclasses.replace(profile, budget_s=args.budget_s)
     if args.worker_timeout_s:
