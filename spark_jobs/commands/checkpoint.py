@@ -148,8 +148,9 @@ def _show_inspect(console: Any, result: dict[str, Any]) -> None:
         table.add_row("watermark", _time_ms(q.get("watermark_ms")))
         for i, s in enumerate(q["sources"]):
             if s["kind"] == "files":
-                text = (f"files: {s['files_seen']} seen (log offset {s['log_offset']}), "
-                        f"newest {s['newest_file']}")
+                at = s["position"]
+                text = (f"files: {s['files_seen']} of {s['files_discovered']} discovered reached "
+                        f"(at file {at['file']}, byte {at['byte']}), newest read {s['newest_file']}")
             elif s["kind"] == "kafka":
                 text = "kafka: " + ", ".join(f"{k}@{v}" for k, v in sorted(s["offsets"].items()))
             elif s["kind"] == "delta":

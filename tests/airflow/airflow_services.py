@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -23,18 +22,13 @@ from typing import Any
 from spark_jobs.home import REPO_ROOT, WeirHome
 from tests.airflow.supervision_harness import DRIVER_CONF, LOCAL_MASTER
 from tests.support.polling import WaitAborted, WaitTimeout, wait_for
+from tests.support.ports import free_ports
 
 VENV_BIN = Path(sys.executable).parent
 AIRFLOW = VENV_BIN / "airflow"
 AIRFLOW_ENV = REPO_ROOT / "infra" / "airflow" / "airflow.env"
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 STREAM_ENTRY = str(REPO_ROOT / "spark_jobs" / "stream.py")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def airflow_env_file(airflow_home: Path) -> dict[str, str]:
@@ -62,8 +56,7 @@ def spark_conf_dir(folder: Path) -> Path:
 class AirflowServices:
     airflow_home: Path
     home: WeirHome
-    port: int = field(default_factory=free_port)
-    log_ports: tuple[int, int] = field(default_factory=lambda: (free_port(), free_port()))
+    ports: tuple[int, ...] = field(default_factory=lambda: free_ports(3))  # API server, 2 log servers
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     unpaused: set[str] = field(default_factory=set)
 
@@ -84,13 +77,13 @@ class AirflowServices:
             # Five processes write one SQLite file on a busy machine: wait for its lock instead
             # of failing after SQLite's default 5 s (WAL mode, set in `migrate`, lets reads through).
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.db_path}?timeout=60",
-            "AIRFLOW__API__PORT": str(self.port),
-            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{self.port}",
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.port}/execution/",
+            "AIRFLOW__API__PORT": str(self.ports[0]),
+            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{self.ports[0]}",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.ports[0]}/execution/",
             "AIRFLOW__API_AUTH__JWT_SECRET": "weir-airflow-services-test",
             # Log servers off the default ports, which another Airflow on this machine may hold.
-            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self.log_ports[0]),
-            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(self.log_ports[1]),
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self.ports[1]),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(self.ports[2]),
             # Only runs the tests ask for: no scheduled runs of the unpaused @daily/@hourly DAGs.
             "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
             # A restarted triggerer takes over the triggers of a dead one after this many seconds.
@@ -121,7 +114,7 @@ class AirflowServices:
         for component in components or COMPONENTS:
             args = [str(AIRFLOW), component]
             if component == "api-server":   # tasks report through the execution API only
-                args += ["--apps", "execution", "--host", "127.0.0.1", "--port", str(self.port),
+                args += ["--apps", "execution", "--host", "127.0.0.1", "--port", str(self.ports[0]),
                          "--workers", "1"]
             self.log_path(component).parent.mkdir(parents=True, exist_ok=True)
             with open(self.log_path(component), "ab") as out:

@@ -17,16 +17,11 @@ import pytest
 
 from spark_jobs.home import REPO_ROOT, WeirHome
 from tests.kafka.harness import delta_row_count
+from tests.support.ports import free_ports
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(900)]
 UP = REPO_ROOT / "infra" / "airflow" / "up.sh"
 WEIR = REPO_ROOT / ".venv" / "bin" / "weir"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def answers(port: int) -> bool:
@@ -61,7 +56,7 @@ def status(env: dict[str, str]) -> dict:
 
 def test_make_up_kafka_profile_deploys_the_stream_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
     home = WeirHome(tmp_path / "weir")
-    airflow_port, kafka_port = free_port(), free_port()
+    airflow_port, kafka_port = free_ports(2)
     env = {**os.environ, "WEIR_HOME": str(home.root), "WEIR_UP_PROFILE": "kafka",
            "WEIR_AIRFLOW_PORT": str(airflow_port), "WEIR_KAFKA_PORT": str(kafka_port),
            # one producer round: batch 0 holds it all, so the stop at a batch boundary is quick
