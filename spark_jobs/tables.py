@@ -150,6 +150,28 @@ def add_missing_columns(spark: SparkSession, path: Path, schema: StructType) -> 
 OP = "_weir_op"
 
 
+def _drop_doubled_keys(new: DataFrame, path: Path, key: Sequence[str], scope: str) -> None:
+    """Delete the rows in `scope` whose key stands there more than once (damage: an upsert cannot
+    make two rows one) and that `new` holds, so the reconcile that follows inserts it once."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    spark = new.sparkSession
+    doubled = (spark.read.format("delta").load(str(path)).where(scope).groupBy(*key).count()
+               .where(F.col("count") > 1).drop("count")
+               .join(new.select(*key), on=list(key), how="left_semi")).localCheckpoint()
+    if doubled.isEmpty():
+        return
+    condition = " AND ".join([f"t.`{k}` <=> s.`{k}`" for k in key] + [f"({scope})"])
+    log.warning("%s: %d key(s) stand more than once in %s; rewritten once", path, doubled.count(), scope)
+
+    def merge() -> None:
+        (DeltaTable.forPath(spark, str(path)).alias("t").merge(doubled.alias("s"), condition)
+         .whenMatchedDelete().execute())
+
+    retry_conflicts(merge, what=f"drop doubled keys {scope} in {path}")
+
+
 def reconcile(new: DataFrame, path: Path, key: Sequence[str], *, scope: str, partition: str,
               owned: DataFrame | None = None, before_write: Callable[[], None] | None = None) -> bool:
     """Make the rows of the table at `path` matching `scope` (SQL on its columns) equal `new`, with
@@ -166,8 +188,9 @@ def reconcile(new: DataFrame, path: Path, key: Sequence[str], *, scope: str, par
 
     spark = new.sparkSession
     columns = spark.read.format("delta").load(str(path)).columns
-    existing = spark.read.format("delta").load(str(path)).where(scope)
     new = new.select(*columns)
+    _drop_doubled_keys(new, path, key, scope)
+    existing = spark.read.format("delta").load(str(path)).where(scope)
     same_key = " AND ".join(f"e.`{k}` <=> n.`{k}`" for k in key)
     gone = existing.alias("e").join(new.select(*key).alias("n"), F.expr(same_key), "left_anti")
     if owned is not None:

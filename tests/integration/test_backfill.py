@@ -47,6 +47,8 @@ def test_stream_and_backfill_agree_and_backfill_is_idempotent(spark, home):
     # damage one day of silver and gold; the back-fill puts back exactly what was there
     DeltaTable.forPath(spark, str(tables.gold)).delete("content_id = 'c001' OR events > 3")
     DeltaTable.forPath(spark, str(tables.silver)).delete("event_type = 'heartbeat'")
+    table(spark, tables.silver).where("event_type = 'start'").write.format("delta").mode(
+        "append").save(str(tables.silver))         # doubled rows: the same key twice
     result = backfill(spark, pipeline, DAY, DAY, home=home)
     assert (result.silver_replaced, result.gold_replaced) == (True, True)
     assert same_rows(table(spark, tables.silver), silver_before)
