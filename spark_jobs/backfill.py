@@ -117,8 +117,8 @@ def _backfill(spark: SparkSession, pipeline: Pipeline, date_from: dt.date, date_
     try:
         derived = transforms.silver(parsed, read_dimension(spark, tables), pipeline)
         lineage = parsed.select("_source", "_position")
-        silver_replaced = reconcile(derived.where(in_range), tables.silver, (pipeline.key,),
-                                    scope=in_range, partition="event_date", owned=lineage,
+        silver_replaced = reconcile(_first_copies(derived, tables, pipeline, in_range), tables.silver,
+                                    (pipeline.key,), scope=in_range, partition="event_date", owned=lineage,
                                     before_write=lambda: hold("silver"))
         quarantine_replaced = _reconcile_quarantine(parsed, tables, pipeline, date_from, date_to, hold)
     finally:
@@ -129,6 +129,16 @@ def _backfill(spark: SparkSession, pipeline: Pipeline, date_from: dt.date, date_
              _word(quarantine_replaced), _word(gold_replaced))
     return BackfillResult(pipeline.name, date_from, date_to, silver_replaced, gold_replaced,
                           quarantine_replaced, version)
+
+
+def _first_copies(derived: DataFrame, tables: PipelineTables, pipeline: Pipeline,
+                  in_range: str) -> DataFrame:
+    """The derived silver rows of the range, less the events silver already holds under a date
+    outside it: an event resent with another event time keeps its first ingested copy, which the
+    stream put in silver first (the copies a back-fill reads are deduplicated the same way)."""
+    silver = derived.sparkSession.read.format("delta").load(str(tables.silver))
+    elsewhere = silver.where(f"NOT ({in_range})").select(pipeline.key)
+    return derived.where(in_range).join(elsewhere, on=pipeline.key, how="left_anti")
 
 
 def _reconcile_quarantine(parsed: DataFrame, tables: PipelineTables, pipeline: Pipeline,

@@ -28,7 +28,7 @@ from spark_jobs.control.lease import fence
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables, ensure_tables, read_dimension
 from spark_jobs.quality import rules as row_rules
-from spark_jobs.tables import append_new, in_list, insert_new, upsert
+from spark_jobs.tables import append_new, in_list, insert_new, partitions_holding, upsert
 from spark_jobs.topology import QUERIES, checkpoint_location, query_name
 
 if TYPE_CHECKING:
@@ -112,9 +112,11 @@ class IngestBatch:
             fence(p.name)
             done = run_concurrently(first, what=f"{p.name} ingest batch {batch_id}")
             if summary.dates:
+                rows = done["silver rows"]
+                # an event resent with another event time stands under another date already
+                dates = {*summary.dates, *partitions_holding(rows, t.silver, (p.key,), "event_date")}
                 fence(p.name)
-                insert_new(done["silver rows"], t.silver, (p.key,),
-                           prune=in_list("event_date", summary.dates))
+                insert_new(rows, t.silver, (p.key,), prune=in_list("event_date", sorted(dates)))
             log.info("%s ingest batch %d: %d source(s), %d reject(s), %d date(s) written in %.1fs",
                      p.name, batch_id, len(summary.sources), summary.rejects, len(summary.dates),
                      time.monotonic() - started)

@@ -121,6 +121,18 @@ def insert_new(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | No
     retry_conflicts(merge, what=f"insert into {path}")
 
 
+def partitions_holding(df: DataFrame, path: Path, key: Sequence[str], partition: str) -> list[object]:
+    """The values of `partition` under which the table at `path` holds a key of `df`. Reads only
+    the key and partition columns: where an event already stands when its new copy would fall
+    under another partition (an event resent with another event time)."""
+    from pyspark.sql import functions as F
+
+    table = df.sparkSession.read.format("delta").load(str(path))
+    keys = F.broadcast(df.select(*key).distinct())
+    held = table.select(*key, partition).join(keys, on=list(key), how="left_semi")
+    return [row[0] for row in held.select(partition).distinct().collect()]
+
+
 def upsert(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | None = None) -> None:
     """Set the row of every key of `df` (null-safe keys), inserting the new ones."""
     from delta.tables import DeltaTable
