@@ -103,7 +103,9 @@ class IngestBatch:
             first = {"bronze": lambda: append_new(batch, t.bronze, transforms.BRONZE_KEY,
                                                   prune=by_source, fencing=token)}
             if summary.rejects:
-                first["quarantine"] = lambda: append_new(
+                # a MERGE, not an append: a back-fill may be inserting the same lines' rows (it
+                # reads bronze, which commits beside this), and only a MERGE conflicts with that
+                first["quarantine"] = lambda: insert_new(
                     transforms.rejects(parsed), t.quarantine, transforms.BRONZE_KEY, prune=by_source,
                     fencing=token)
             if summary.dates:

@@ -2,9 +2,9 @@
 replayed micro-batch (after a crash, or after a checkpoint restore) changes nothing:
 
 - `append_new`: append the rows whose key is not in the table yet, for tables with one writer
-  (bronze, quarantine: only the pipeline's leased driver writes them);
+  (bronze: only the pipeline's leased driver writes it);
 - `insert_new`: the same as an insert-only MERGE, whose conflict detection keeps it exact beside
-  concurrent writers (silver, which the back-fill rewrites while the stream runs);
+  concurrent writers (silver and quarantine, which a back-fill rewrites while the stream runs);
 - `upsert`: set the row of each key (gold windows, whose values are complete aggregates);
 - `reconcile`: make a range of a table equal re-derived rows by one MERGE of the differences,
   deleting only rows the caller owns (back-fill: never what the stream committed meanwhile).
