@@ -10,14 +10,13 @@ Entries live in `conf/pipelines/<name>.py` (or `$WEIR_CONF/pipelines`) as a modu
 from __future__ import annotations
 
 import importlib.util
-import os
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Literal
 
 from spark_jobs.errors import UserError
-from spark_jobs.home import REPO_ROOT
+from spark_jobs.settings import settings
 
 FieldType = Literal["string", "integer", "number", "timestamp"]
 
@@ -136,7 +135,8 @@ class UnknownPipelineError(UserError, LookupError):
 
 
 def catalog_dir() -> Path:
-    return Path(os.environ.get("WEIR_CONF", REPO_ROOT / "conf")) / "pipelines"
+    """Where the entries are: `WEIR_CONF/pipelines` (default: the checkout's `conf/pipelines`)."""
+    return settings().conf / "pipelines"
 
 
 def names() -> list[str]:
