@@ -22,6 +22,7 @@ from spark_jobs.settings import (
     REPO_ROOT,
     Settings,
     SettingsError,
+    reset_settings,
     settings,
     variable,
     variables,
@@ -113,6 +114,9 @@ def test_settings_follow_this_process_environment(monkeypatch: pytest.MonkeyPatc
     assert liveness.lease_ttl_s() == 7.0
     monkeypatch.delenv("WEIR_LEASE_TTL_S")
     assert liveness.lease_ttl_s() == 30.0
+    first = settings()
+    reset_settings()                                     # a fresh parse, same values
+    assert settings() == first and settings() is not first
 
 
 def test_a_driver_process_reads_its_own_inherited_environment(
