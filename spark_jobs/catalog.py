@@ -1,7 +1,8 @@
 """The pipeline catalog: one typed, declarative entry per pipeline.
 
-An entry names its source, its event contract (fields and rules), its dedupe key, its derived and
-enrichment columns, its gold aggregation and its restart policy. The stream, the back-fill, the
+An entry names its source, its event contract (fields and rules), the row rules its stream applies
+per micro-batch, its dedupe key, its derived and enrichment columns, its gold aggregation and its
+restart policy. The stream, the back-fill, the
 CLI and the DAGs are all generated from the entry; nothing pipeline-specific is hand-coded.
 Entries live in `conf/pipelines/<name>.py` (or `$WEIR_CONF/pipelines`) as a module-level
 `PIPELINE`; loading one is an import, never file parsing, so DAG files stay cheap to parse.
@@ -10,16 +11,23 @@ Entries live in `conf/pipelines/<name>.py` (or `$WEIR_CONF/pipelines`) as a modu
 from __future__ import annotations
 
 import importlib.util
-import os
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Literal
 
 from spark_jobs.errors import UserError
-from spark_jobs.home import REPO_ROOT
+from spark_jobs.settings import settings
 
 FieldType = Literal["string", "integer", "number", "timestamp"]
+RuleAction = Literal["quarantine", "fail"]
+RULE_ACTIONS: tuple[RuleAction, ...] = ("quarantine", "fail")
+_RULE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class CatalogError(UserError, ValueError):
+    """A catalog entry that cannot be used; the message names the entry and the part at fault."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,29 @@ class Field:
     allowed: tuple[str, ...] | None = None
     minimum: float | None = None
     maximum: float | None = None
+
+
+@dataclass(frozen=True)
+class RowRule:
+    """A row-level rule the stream and the back-fill apply per batch (`spark_jobs.quality.rules`):
+    `condition` is Spark SQL over the contract fields, true (or null) for an acceptable row. A
+    violating row is quarantined with the reason `rule <name>` (`quarantine`), or fails the batch
+    before anything is written (`fail`: a broken producer rather than one bad record)."""
+
+    name: str
+    condition: str
+    action: RuleAction = "quarantine"
+
+    def __post_init__(self) -> None:
+        # The name becomes a reject reason and the metric `dq_<name>`, hence the strict shape.
+        if not isinstance(self.name, str) or not _RULE_NAME.match(self.name):
+            raise CatalogError(f"row rule name must be lower_snake_case, not {self.name!r}")
+        if not isinstance(self.condition, str) or not self.condition.strip():
+            raise CatalogError(f"row rule {self.name}: condition must be a Spark SQL condition, "
+                               f"not {self.condition!r}")
+        if self.action not in RULE_ACTIONS:
+            raise CatalogError(f"row rule {self.name}: action must be one of {', '.join(RULE_ACTIONS)}, "
+                               f"not {self.action!r}")
 
 
 @dataclass(frozen=True)
@@ -125,6 +156,17 @@ class Pipeline:
     restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
     description: str = ""
     owner: str = "data-platform"
+    row_rules: tuple[RowRule, ...] = ()
+
+    def __post_init__(self) -> None:
+        # Checked here, not when the first batch runs: a rule's count is the column `dq_<name>`
+        # of one aggregate, so two rules of one name would fail every batch of a running stream.
+        if not isinstance(self.row_rules, tuple) or not all(isinstance(r, RowRule) for r in self.row_rules):
+            raise CatalogError(f"pipeline {self.name}: row_rules must be a tuple of RowRule")
+        names = [r.name for r in self.row_rules]
+        doubled = sorted({n for n in names if names.count(n) > 1})
+        if doubled:
+            raise CatalogError(f"pipeline {self.name}: row rule(s) declared twice: {', '.join(doubled)}")
 
     @property
     def gold_table(self) -> str:
@@ -136,24 +178,33 @@ class UnknownPipelineError(UserError, LookupError):
 
 
 def catalog_dir() -> Path:
-    return Path(os.environ.get("WEIR_CONF", REPO_ROOT / "conf")) / "pipelines"
+    """Where the entries are: `WEIR_CONF/pipelines` (default: the checkout's `conf/pipelines`)."""
+    return settings().conf / "pipelines"
 
 
 def names() -> list[str]:
     return sorted(p.stem for p in catalog_dir().glob("*.py") if not p.stem.startswith("_"))
 
 
-@cache
 def load(name: str) -> Pipeline:
-    """The catalog entry of pipeline `name`."""
-    path = catalog_dir() / f"{name}.py"
+    """The catalog entry of pipeline `name` (from this process's `WEIR_CONF`)."""
+    return _load(catalog_dir(), name)
+
+
+@cache
+def _load(folder: Path, name: str) -> Pipeline:
+    # Keyed by folder too: a process that changes WEIR_CONF (a test) gets that catalog's entry.
+    path = folder / f"{name}.py"
     if not path.is_file():
         known = ", ".join(names()) or "none"
         raise UnknownPipelineError(f"no pipeline {name!r} in the catalog (known: {known})")
     spec = importlib.util.spec_from_file_location(f"weir_catalog_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except CatalogError as err:
+        raise CatalogError(f"{path}: {err}") from None
     pipeline = getattr(module, "PIPELINE", None)
     if not isinstance(pipeline, Pipeline) or pipeline.name != name:
         raise UnknownPipelineError(f"{path} must define PIPELINE = Pipeline(name={name!r}, ...)")

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spark_jobs.errors import UserError
+from spark_jobs.settings import REPO_ROOT as REPO_ROOT  # re-exported: the checkout's root
+from spark_jobs.settings import settings
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_HOME = REPO_ROOT / ".weir"
 LAYERS = ("bronze", "silver", "quarantine", "gold", "dim", "platform")
 
 
@@ -25,7 +25,9 @@ class WeirHome:
 
     @classmethod
     def from_env(cls) -> WeirHome:
-        return cls(Path(os.environ.get("WEIR_HOME", DEFAULT_HOME)).expanduser().absolute())
+        """The home of this process's settings (`WEIR_HOME`), made absolute against the current
+        folder each time, as a relative `WEIR_HOME` always was."""
+        return cls(settings().home.absolute())
 
     def landing(self, pipeline: str) -> Path:
         return self.root / "landing" / pipeline

@@ -9,7 +9,6 @@ session afterwards puts those files on `spark.jars` and needs no network.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import shutil
 import subprocess
@@ -18,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from spark_jobs.errors import UserError
-from spark_jobs.home import REPO_ROOT
+from spark_jobs.settings import REPO_ROOT, settings
 
 SPARK_VERSION = "4.2.0"
 DELTA_VERSION = "4.4.0"
@@ -33,8 +32,6 @@ RESOLUTIONS = (
     (PACKAGES, TOKEN_PROVIDER),
     ((f"{TOKEN_PROVIDER}:4.0.0",), "org.apache.kafka:kafka-clients"),
 )
-CACHE = Path(os.environ.get("WEIR_JAR_CACHE", REPO_ROOT / ".cache" / "jars"))
-MANIFEST = CACHE / "jars.txt"
 JVM_SOURCES = REPO_ROOT / "infra" / "jvm"
 OWN_JAR = "weir-jvm.jar"
 
@@ -43,11 +40,22 @@ class JarsMissingError(UserError, RuntimeError):
     pass
 
 
+def cache_dir() -> Path:
+    """Where the resolved artifacts are kept: `WEIR_JAR_CACHE` (default `.cache/jars`)."""
+    return settings().jar_cache
+
+
+def manifest_path() -> Path:
+    """The list of resolved jar files that every session puts on `spark.jars`."""
+    return cache_dir() / "jars.txt"
+
+
 def resolved_jars() -> list[str]:
     """The cached jar files, or a clear error telling how to fetch them."""
-    if not MANIFEST.is_file():
-        raise JarsMissingError(f"JVM artifacts not resolved yet ({MANIFEST} missing): run `make setup`")
-    jars = [line for line in MANIFEST.read_text().splitlines() if line]
+    manifest = manifest_path()
+    if not manifest.is_file():
+        raise JarsMissingError(f"JVM artifacts not resolved yet ({manifest} missing): run `make setup`")
+    jars = [line for line in manifest.read_text().splitlines() if line]
     missing = [j for j in jars if not Path(j).is_file()]
     if missing:
         raise JarsMissingError(f"cached jar {missing[0]} is missing: run `make setup`")
@@ -64,15 +72,15 @@ def resolve() -> list[str]:
     """Resolve the packages through Ivy into the cache (a no-op when the manifest is current).
     Jars that pyspark already ships (Jackson, Hadoop, Parquet, ...) are left out."""
     wanted = repr(RESOLUTIONS) + own_sources_digest()
-    stamp = CACHE / "packages.txt"
-    if MANIFEST.is_file() and stamp.is_file() and stamp.read_text() == wanted:
+    manifest, stamp = manifest_path(), cache_dir() / "packages.txt"
+    if manifest.is_file() and stamp.is_file() and stamp.read_text() == wanted:
         try:
             return resolved_jars()
         except JarsMissingError:
             pass
     import pyspark
 
-    ivy = CACHE / "ivy"
+    ivy = cache_dir() / "ivy"
     shutil.rmtree(ivy / "jars", ignore_errors=True)   # what Ivy resolves now, nothing stale
     for index in range(len(RESOLUTIONS)):
         # Ivy runs when the JVM starts, so each resolution needs a JVM (a process) of its own.
@@ -83,7 +91,7 @@ def resolve() -> list[str]:
     if not jars:
         raise JarsMissingError(f"Ivy resolved nothing into {ivy / 'jars'}")
     jars.append(str(build_own_jar()))
-    MANIFEST.write_text("\n".join(jars) + "\n")
+    manifest.write_text("\n".join(jars) + "\n")
     stamp.write_text(wanted)
     return jars
 
@@ -96,12 +104,12 @@ def own_sources_digest() -> str:
 
 
 def build_own_jar() -> Path:
-    """Compile `infra/jvm/**/*.java` against pyspark's jars into `CACHE/weir-jvm.jar`."""
+    """Compile `infra/jvm/**/*.java` against pyspark's jars into `WEIR_JAR_CACHE/weir-jvm.jar`."""
     import pyspark
 
     classpath = str(Path(pyspark.__file__).parent / "jars" / "*")
     sources = [str(p) for p in sorted(JVM_SOURCES.rglob("*.java"))]
-    jar = CACHE / OWN_JAR
+    jar = cache_dir() / OWN_JAR
     javac, jar_tool = shutil.which("javac"), shutil.which("jar")
     if javac is None or jar_tool is None:
         raise JarsMissingError("javac and jar (a JDK 17) are needed to build Weir's JVM classes")
@@ -122,7 +130,7 @@ def _resolve_one(index: int) -> None:
         SparkSession.builder.master("local[1]")
         .appName("weir-resolve-jars")
         .config("spark.jars.packages", ",".join(packages))
-        .config("spark.jars.ivy", str(CACHE / "ivy"))
+        .config("spark.jars.ivy", str(cache_dir() / "ivy"))
         .config("spark.ui.enabled", "false")
     )
     if excludes:
@@ -134,4 +142,4 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--resolution"]:
         _resolve_one(int(sys.argv[2]))
     else:
-        print(f"{len(resolve())} JVM artifacts cached in {CACHE}")
+        print(f"{len(resolve())} JVM artifacts cached in {cache_dir()}")

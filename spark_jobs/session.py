@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from spark_jobs.home import REPO_ROOT
 from spark_jobs.jars import resolved_jars
+from spark_jobs.settings import settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -43,13 +44,13 @@ def build_session(app_name: str, *, master: str | None = None,
     builder = SparkSession.builder.appName(app_name)
     if master or (not os.environ.get("SPARK_ENV_LOADED") and "spark.master" not in os.environ.get(
             "PYSPARK_SUBMIT_ARGS", "")):
-        builder = builder.master(master or os.environ.get("WEIR_SPARK_MASTER", "local[*]"))
-    settings = {**BASE_CONF, **DELTA_CONF, "spark.jars": ",".join(resolved_jars())}
-    settings.update(conf or {})
-    for key, value in settings.items():
+        builder = builder.master(master or settings().spark_master)
+    spark_conf = {**BASE_CONF, **DELTA_CONF, "spark.jars": ",".join(resolved_jars())}
+    spark_conf.update(conf or {})
+    for key, value in spark_conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("WEIR_SPARK_LOG_LEVEL", "WARN"))
+    spark.sparkContext.setLogLevel(settings().spark_log_level)
     register_functions(spark)
     return spark
 

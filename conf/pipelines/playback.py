@@ -1,6 +1,6 @@
 """Video playback quality-of-experience events: the reference pipeline."""
 
-from spark_jobs.catalog import Aggregation, Dimension, Field, FileSource, Pipeline, RestartPolicy
+from spark_jobs.catalog import Aggregation, Dimension, Field, FileSource, Pipeline, RestartPolicy, RowRule
 
 EVENT_TYPES = (
     "start", "heartbeat", "pause", "resume", "buffer_start", "buffer_end",
@@ -49,4 +49,11 @@ PIPELINE = Pipeline(
     source=FileSource(),
     trigger_interval="5 seconds",
     restart_policy=RestartPolicy(initial_backoff_s=2, max_backoff_s=60, max_restarts=5, window_s=3600),
+    # Applied by the stream and the back-fill to each batch: true (or null) for an acceptable row;
+    # `quarantine` sends a violating row to quarantine ("rule <name>"), `fail` fails the batch
+    # before anything is written. Counted per batch as `dq_<name>`.
+    row_rules=(
+        RowRule("buffer_end_has_duration", "event_type <> 'buffer_end' OR buffer_ms IS NOT NULL"),
+        RowRule("error_has_code", "event_type <> 'error' OR error_code IS NOT NULL"),
+    ),
 )

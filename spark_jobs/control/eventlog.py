@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_jobs.control import platform_tables
 from spark_jobs.home import WeirHome
+from spark_jobs.settings import settings
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -48,7 +49,7 @@ def table_path(home: WeirHome | None = None) -> Path:
 
 def default_actor() -> str:
     """`$WEIR_ACTOR` when set (Airflow sets it to the triggering user), else the OS user."""
-    actor = os.environ.get("WEIR_ACTOR")
+    actor = settings().actor
     if actor:
         return actor
     try:

@@ -9,10 +9,10 @@ over and its writes are fenced (`lease.Lease.check`); `live` otherwise.
 
 from __future__ import annotations
 
-import os
 from enum import StrEnum
 
-LEASE_TTL_S = 30.0
+from spark_jobs.settings import settings
+
 # A holder stops trusting its own lease before a taker may take it: the gap covers the time from
 # a fence check to the commit it guards and clock differences between hosts.
 HOLDER_SHARE_OF_TTL = 0.8
@@ -21,7 +21,7 @@ HOLDER_SHARE_OF_TTL = 0.8
 def lease_ttl_s() -> float:
     """The lease TTL: `WEIR_LEASE_TTL_S` (tests shorten it), else 30 s. Every driver and
     supervisor of a deployment must agree on it."""
-    return float(os.environ.get("WEIR_LEASE_TTL_S", LEASE_TTL_S))
+    return settings().lease_ttl_s
 
 
 class Liveness(StrEnum):

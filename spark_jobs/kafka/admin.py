@@ -4,18 +4,18 @@ identity (its id tells a recreated topic from the one it replaced), and creating
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from typing import Any
 
 from spark_jobs.kafka.connection import KafkaConnection, KafkaUnavailableError
+from spark_jobs.settings import settings
 
 log = logging.getLogger(__name__)
 
 
 def preflight_timeout_s() -> float:
     """How long a start waits for the brokers to answer before it fails."""
-    return float(os.environ.get("WEIR_KAFKA_PREFLIGHT_TIMEOUT_S", "20"))
+    return settings().kafka_preflight_timeout_s
 
 
 @dataclass(frozen=True)

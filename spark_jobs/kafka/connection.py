@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 from spark_jobs.errors import UserError
 from spark_jobs.home import WeirHome
+from spark_jobs.settings import Settings, settings
 
 if TYPE_CHECKING:
     from spark_jobs.catalog import KafkaSource
 
 LOCAL = "local"
-ENV_PREFIX = "WEIR_KAFKA_"
 AIRFLOW_CONN_PREFIX = "AIRFLOW_CONN_"
 # Setting names (Kafka's own, dotted) that may be given; the Java client (Spark) and librdkafka
 # (the Python producer) spell some differently, see `KafkaConnection`.
@@ -110,15 +110,6 @@ class KafkaConnection:
         return config
 
 
-def _from_env(env: Mapping[str, str]) -> dict[str, str]:
-    out = {}
-    for key in SETTINGS:
-        value = env.get(ENV_PREFIX + key.upper().replace(".", "_"))
-        if value:
-            out[key] = value
-    return out
-
-
 def airflow_connection(conn_id: str, env: Mapping[str, str]) -> dict[str, str]:
     """Settings from the Airflow connection `conn_id`: `AIRFLOW_CONN_<ID>` (JSON or URI, read as
     Airflow's environment backend reads it), else Airflow's own lookup (secrets backends, API)."""
@@ -155,14 +146,16 @@ def local_bootstrap(home: WeirHome) -> str:
 
 def connection(source: KafkaSource, *, home: WeirHome | None = None,
                env: Mapping[str, str] | None = None) -> KafkaConnection:
-    """Servers and security of `source`: catalog, then Airflow connection, then environment."""
+    """Servers and security of `source`: catalog, then Airflow connection, then environment
+    (this process's, or `env` when given)."""
+    weir = settings() if env is None else Settings.from_env(env)
     env = os.environ if env is None else env
-    settings: dict[str, str] = {}
-    conn_id = env.get(ENV_PREFIX + "CONNECTION") or source.connection
+    found: dict[str, str] = {}
+    conn_id = weir.kafka_connection or source.connection
     if conn_id:
-        settings.update(airflow_connection(conn_id, env))
-    settings.update(_from_env(env))
-    bootstrap = settings.pop("bootstrap.servers", source.bootstrap_servers)
+        found.update(airflow_connection(conn_id, env))
+    found.update(weir.kafka_settings())
+    bootstrap = found.pop("bootstrap.servers", source.bootstrap_servers)
     if bootstrap == LOCAL:
         bootstrap = local_bootstrap(home or WeirHome.from_env())
-    return KafkaConnection(bootstrap, settings)
+    return KafkaConnection(bootstrap, found)

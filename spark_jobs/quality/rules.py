@@ -1,8 +1,9 @@
 """Row-level rules applied inside the stream, per micro-batch, as plain Spark expressions.
 
-A rule is declared in the pipeline's suite file (`rules:` in `conf/pipelines/<P>.expectations.yaml`)
-as a SQL condition over the contract fields that is true for an acceptable row (null counts as
-acceptable, like a SQL CHECK), and an action:
+A rule is declared in the pipeline's catalog entry (`row_rules=(RowRule(...), ...)` in
+`conf/pipelines/<P>.py`, checked by `spark_jobs.catalog.RowRule`) as a SQL condition over the
+contract fields that is true for an acceptable row (null counts as acceptable, like a SQL CHECK),
+and an action:
 
 - `quarantine`: a violating row goes to quarantine with the reason `rule <name>`, like any reject;
 - `fail`: a violation fails the micro-batch before anything is written (the query stops and the
@@ -20,7 +21,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from spark_jobs.quality.suites import RowRule
+from spark_jobs import catalog
+from spark_jobs.catalog import RowRule
 from spark_jobs.transforms import REASON
 
 if TYPE_CHECKING:
@@ -68,18 +70,6 @@ def metrics(rules: tuple[RowRule, ...]) -> list[Column]:
     return [F.count_if(violation(r)).alias(metric_name(r)) for r in rules]
 
 
-def count_and_check(parsed: DataFrame, rules: tuple[RowRule, ...], *, pipeline: str,
-                    batch_id: int) -> dict[str, int]:
-    """Count every rule's violations in one pass over `with_rules(parsed)`; raise
-    `RowRuleViolation` when a `fail` rule is broken (before anything of the batch is written)."""
-    if not rules:
-        return {}
-    row = parsed.agg(*metrics(rules)).first()
-    counts = {metric_name(r): int(row[metric_name(r)]) if row is not None else 0 for r in rules}
-    check(counts, rules, pipeline=pipeline, batch_id=batch_id)
-    return counts
-
-
 def check(counts: dict[str, int], rules: tuple[RowRule, ...], *, pipeline: str, batch_id: int) -> None:
     """Log the batch's violation `counts` (from `metrics`) and raise `RowRuleViolation` when a
     `fail` rule is broken."""
@@ -93,7 +83,6 @@ def check(counts: dict[str, int], rules: tuple[RowRule, ...], *, pipeline: str, 
 
 
 def of(pipeline: str) -> tuple[RowRule, ...]:
-    """The row-level rules of `pipeline` (from its suite file; none without one)."""
-    from spark_jobs.quality.suites import row_rules
-
-    return row_rules(pipeline)
+    """The row-level rules of `pipeline`, from its catalog entry (the stream's and the back-fill's
+    one source for them)."""
+    return catalog.load(pipeline).row_rules

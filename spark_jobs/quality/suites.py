@@ -15,15 +15,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from spark_jobs import catalog
+from spark_jobs.catalog import RowRule as RowRule  # re-exported: `stream` still names it from here
 
 Severity = Literal["warn", "fail"]
 Layer = Literal["silver", "gold"]
 LAYERS: tuple[Layer, ...] = ("silver", "gold")
 SEVERITIES: tuple[Severity, ...] = ("warn", "fail")
 CONDITIONS = ("stream_running",)
-RuleAction = Literal["quarantine", "fail"]
-RULE_ACTIONS: tuple[RuleAction, ...] = ("quarantine", "fail")
-_RULE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 PARAMETER = "$PARAMETER"
 DEFAULT_EVENT_TIME_TOLERANCE = dt.timedelta(minutes=10)
 DEFAULT_FRESHNESS_LAG = dt.timedelta(minutes=15)
@@ -56,16 +54,6 @@ class ExpectationSpec:
 
 
 @dataclass(frozen=True)
-class RowRule:
-    """A row-level rule the stream applies per micro-batch (see `spark_jobs.quality.rules`):
-    `condition` is Spark SQL over the contract fields, true (or null) for an acceptable row."""
-
-    name: str
-    condition: str
-    action: RuleAction = "quarantine"
-
-
-@dataclass(frozen=True)
 class SuiteSpec:
     """Every expectation of one pipeline, with the settings its run-time parameters depend on."""
 
@@ -75,7 +63,6 @@ class SuiteSpec:
     event_time_tolerance: dt.timedelta = DEFAULT_EVENT_TIME_TOLERANCE
     freshness_lag: dt.timedelta = DEFAULT_FRESHNESS_LAG
     extra: dict[str, Any] = field(default_factory=dict)
-    rules: tuple[RowRule, ...] = ()
 
     def for_layer(self, layer: Layer, *, stream_running: bool) -> list[ExpectationSpec]:
         """The expectations that apply to `layer` in this run."""
@@ -116,7 +103,10 @@ def load(pipeline: str) -> SuiteSpec:
     if not path.is_file():
         raise SuiteError(f"pipeline {pipeline!r} has no expectation suite: {path} is missing")
     document = _document(path, yaml.safe_load(path.read_text(encoding="utf-8")) or {}, seen=(pipeline,))
-    unknown = set(document) - {"settings", "rules", *LAYERS}
+    if "rules" in document:
+        raise SuiteError(f"{path}: row rules belong to the catalog entry now: move 'rules' to "
+                         f"`row_rules=(RowRule(name, condition, action), ...)` in {pipeline}.py")
+    unknown = set(document) - {"settings", *LAYERS}
     if unknown:
         raise SuiteError(f"{path}: unknown top-level key(s) {', '.join(sorted(unknown))}")
     settings = document.get("settings") or {}
@@ -131,28 +121,7 @@ def load(pipeline: str) -> SuiteSpec:
         freshness_lag=parse_duration(
             settings.get("freshness_lag", "15 minutes"), what=f"{path}: freshness_lag"),
         extra={k: v for k, v in settings.items() if k not in ("event_time_tolerance", "freshness_lag")},
-        rules=tuple(_rule(path, i, r) for i, r in enumerate(document.get("rules") or [])),
     )
-
-
-def row_rules(pipeline: str) -> tuple[RowRule, ...]:
-    """The stream's row-level rules of `pipeline` (none when it has no suite file)."""
-    if not suite_path(pipeline).is_file():
-        return ()
-    return load(pipeline).rules
-
-
-def _rule(path: Path, index: int, entry: Any) -> RowRule:
-    where = f"{path}: rules[{index}]"
-    if not isinstance(entry, dict) or set(entry) - {"name", "condition", "action"} or \
-            not entry.get("name") or not entry.get("condition"):
-        raise SuiteError(f"{where}: expected a mapping with 'name', 'condition' and 'action'")
-    name, action = str(entry["name"]), entry.get("action", "quarantine")
-    if not _RULE_NAME.match(name):
-        raise SuiteError(f"{where}: rule name must be lower_snake_case, not {name!r}")
-    if action not in RULE_ACTIONS:
-        raise SuiteError(f"{where}: action must be one of {', '.join(RULE_ACTIONS)}, not {action!r}")
-    return RowRule(name=name, condition=str(entry["condition"]), action=action)
 
 
 def _document(path: Path, document: Any, *, seen: tuple[str, ...]) -> dict[str, Any]:
