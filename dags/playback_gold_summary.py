@@ -83,7 +83,7 @@ def summarise(table_uri: str, version: int | None, dates: list[tuple[str, str]])
 with DAG("playback_gold_summary", schedule=[GOLD], catchup=False, max_active_runs=1,
          start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC), tags=["weir", PIPELINE, "analyst"],
          description="Summarise new playback gold data each time it lands", doc_md=__doc__,
-         default_args={"owner": "analytics", "retries": 1}):
+         default_args={"owner": "analytics", "retries": 1}) as summary_dag:
 
     @task(task_id="summarise", inlets=[GOLD])
     def summarise_new_gold() -> dict[str, Any]:
