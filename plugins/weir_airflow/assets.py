@@ -70,7 +70,12 @@ def annotate_backfill_events(outlet_events: Any, name: str, date_from: str, date
     from spark_jobs.control import eventlog
 
     home = home or WeirHome.from_env()
-    logged = [e for e in eventlog.read(home, name)
+    try:
+        entries = eventlog.read(home, name)
+    except Exception as err:  # the back-fill itself succeeded: its events go out, less precise
+        log.warning("%s back-fill %s..%s: event log unreadable (%s)", name, date_from, date_to, err)
+        entries = []
+    logged = [e for e in entries
               if e["action"] == "backfill" and e["outcome"] == "ok" and e["event_time"] >= started
               and (e.get("details") or {}).get("from") == date_from
               and (e.get("details") or {}).get("to") == date_to]
