@@ -117,7 +117,8 @@ class DeltaCommitTrigger(BaseEventTrigger):
             except Exception as err:  # a watcher outlives a bad read (log being rewritten, storage hiccup)
                 log.warning("table %s: cannot read its Delta log (%s); next look in %.0f s",
                             self.asset_name, err, self.interval_s)
-                commit = None
+                await asyncio.sleep(self.interval_s)
+                continue
             if commit is None and first_look:
                 last, first_look = -1, False   # absent at first look: its creation is new data
             elif commit is not None and first_look:

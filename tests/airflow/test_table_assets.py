@@ -152,3 +152,23 @@ def test_the_trigger_serialises_to_its_own_arguments() -> None:
     classpath, kwargs = trigger.serialize()
     assert classpath == "weir_airflow.delta_watch.DeltaCommitTrigger"
     assert DeltaCommitTrigger(**kwargs).serialize() == (classpath, kwargs)
+
+
+def test_an_unreadable_log_is_neither_news_nor_a_missing_table(tmp_path: Path) -> None:
+    path = tmp_path / "gold" / "t"
+    assert append(path) == 0
+    damaged = path / "_delta_log" / f"{1:020d}.json"
+    damaged.write_text("{not json\n")   # a torn commit file, as a crashed non-atomic writer leaves
+    trigger = DeltaCommitTrigger(table_uri=str(path), asset_name="gold.t", interval_s=INTERVAL_S)
+
+    async def scenario() -> None:
+        async with Watching(trigger) as watching:
+            await watching.quiet_for(2)
+            damaged.unlink()    # repaired: the table is at version 0, as before
+            await watching.quiet_for(2)
+            assert watching.payloads == [], f"a repaired log fired an event: {watching.payloads}"
+            version = await asyncio.to_thread(append, path)
+            await watching.until(1)
+            assert [(p["version"], p["previous_version"]) for p in watching.payloads] == [(version, 0)]
+
+    run(scenario)
