@@ -85,7 +85,7 @@ with DAG("playback_gold_summary", schedule=[GOLD], catchup=False, max_active_run
          description="Summarise new playback gold data each time it lands", doc_md=__doc__,
          default_args={"owner": "analytics", "retries": 1}) as summary_dag:
 
-    @task(task_id="summarise", inlets=[GOLD])
+    @task(task_id="summarise", inlets=[GOLD], multiple_outputs=False)   # one XCom: the summary
     def summarise_new_gold() -> dict[str, Any]:
         context = get_current_context()
         new = new_gold(list(context["triggering_asset_events"].get(GOLD, [])))

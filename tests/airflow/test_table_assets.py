@@ -2,7 +2,7 @@
 `run()`) against real Delta tables written with `deltalake`: one event when data is committed, with
 the new version and commit time; nothing more until the table advances again; one event for the
 commits of one interval; nothing for a compaction; a table created after the watcher started
-fires once it exists."""
+fires once it exists; a log that cannot be read is neither news nor a missing table."""
 
 from __future__ import annotations
 
