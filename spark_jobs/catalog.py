@@ -29,6 +29,10 @@ _RULE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 class CatalogError(UserError, ValueError):
     """A catalog entry that cannot be used; the message names the entry and the part at fault."""
 
+# A minute: fresh enough for downstream DAGs, and a stream committing every few seconds still
+# costs Airflow one event (and one downstream run) per table per minute, not one per batch.
+DEFAULT_ASSET_EVENT_INTERVAL_S = 60.0
+
 
 @dataclass(frozen=True)
 class Field:
@@ -154,6 +158,9 @@ class Pipeline:
     max_event_time_ahead: str = "1 hour"
     shuffle_partitions: int = 4
     restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
+    # How often Airflow looks for new commits of the pipeline's tables: each table's asset gets at
+    # most one event per interval, however many micro-batches committed meanwhile.
+    asset_event_interval_s: float = DEFAULT_ASSET_EVENT_INTERVAL_S
     description: str = ""
     owner: str = "data-platform"
     row_rules: tuple[RowRule, ...] = ()

@@ -6,7 +6,9 @@ For pipeline P:
 - `P_stop`: stop at a batch boundary, stay stopped; `P_restart`: the on-call restart with a reason
   (plain, from a checkpoint backup, or after a checkpoint reset), then a new `P_stream` run;
 - `P_backfill`: one run per event date (the day its data interval covers: the scheduled midnight
-  run reconciles the day that just ended), then a DQ check of that date;
+  run reconciles the day that just ended), then a DQ check of that date; its back-fill task reads
+  bronze and the dimension (inlets) and emits an asset event for silver, quarantine and gold
+  with the date in the event's extra (outlets);
 - `P_dq`: the expectations over recent partitions, hourly;
 - `P_checkpoint`: on-call checkpoint actions; `P_checkpoint_backup`: hourly backup + prune;
 - `P_maintenance`: daily OPTIMIZE and VACUUM of silver and gold.
@@ -21,6 +23,7 @@ from airflow.sdk import DAG, CronDataIntervalTimetable, Param, get_current_conte
 
 from spark_jobs import catalog
 from spark_jobs.control.stop import GRACEFUL_TIMEOUT_S
+from weir_airflow.assets import annotate_backfill_events, backfill_inlets, backfill_outlets
 from weir_airflow.callbacks import alert_on_failure, pipeline_tag
 from weir_airflow.operators import StreamRestartOperator, StreamStopOperator, StreamSupervisorOperator
 
@@ -96,13 +99,15 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
                                                "of the run's data interval, yesterday for a manual run)")},
              **common) as backfill_dag:
 
-        @task(task_id="backfill")
+        @task(task_id="backfill", inlets=backfill_inlets(name), outlets=backfill_outlets(name))
         def backfill_day() -> str:
             from weir_airflow.tasks import backfill_date
 
             context = get_current_context()
             day = context["params"].get("date") or _run_date(context)
+            started = dt.datetime.now(dt.UTC)
             backfill_date(name, day, actor=_actor())
+            annotate_backfill_events(context["outlet_events"], name, day, day, started)
             return day
 
         @task(task_id="dq", on_failure_callback=alert_on_failure)

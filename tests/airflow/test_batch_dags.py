@@ -2,7 +2,8 @@
 real task runs, XCom) on real data: `P_checkpoint` inspects, validates and backs up,
 `P_checkpoint_backup` backs up and prunes, `P_restart` restores a backup when confirmed through
 its Param, `P_maintenance` compacts silver and gold keeping their data, `P_dq` stores its results
-and fails (with an alert) when silver lost rows."""
+and fails (with an alert) when silver lost rows, `P_backfill` emits an asset event per table it
+replaced with its dates, and the analyst DAG on gold summarises gold's newest windows."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ P = "playback"
 DAY_1 = dt.datetime(2026, 11, 19, 20, 0, tzinfo=dt.UTC)
 DAY_2 = dt.datetime(2026, 11, 20, 9, 0, tzinfo=dt.UTC)
 AIRFLOW = Path(sys.executable).parent / "airflow"
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -218,3 +220,54 @@ def test_dq_dag_stores_its_results_and_fails_with_an_alert_when_silver_lost_rows
     alerts = [json.loads(line) for line in (fed.home.logs / "alerts.jsonl").read_text().splitlines()]
     assert any(a["dag_id"] == f"{P}_dq" and "expect_table_row_count_to_equal" in (a["error"] or "")
                for a in alerts), alerts
+
+
+def asset_events(run: Any) -> dict[str, dict[str, Any]]:
+    """The asset events the tasks of `run` emitted: asset name → the event's extra."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        rows = session.execute(
+            select(AssetModel.name, AssetEvent.extra).join(AssetModel, AssetModel.id == AssetEvent.asset_id)
+            .where(AssetEvent.source_dag_id == run.dag_id, AssetEvent.source_run_id == run.run_id)).all()
+    emitted = [name for name, _ in rows]
+    assert len(emitted) == len(set(emitted)), f"an asset got several events: {emitted}"
+    return {name: extra for name, extra in rows}
+
+
+def test_backfill_dag_emits_an_asset_event_per_replaced_table_with_its_dates(fed: Fed) -> None:
+    day = "2026-11-20"
+    run = run_dag(f"{P}_backfill", run_conf={"date": day})
+    assert run.state == "success", task_states(run)
+    emitted = asset_events(run)
+    assert sorted(emitted) == ["gold.playback_qoe_1m", "quarantine.playback_events", "silver.playback_events"]
+    [logged] = [e for e in events(fed.home, "backfill") if e["details"]["from"] == day]
+    for layer in ("silver", "quarantine", "gold"):
+        [extra] = [extra for name, extra in emitted.items() if name.startswith(f"{layer}.")]
+        assert (extra["pipeline"], extra["from"], extra["to"]) == (P, day, day), extra
+        assert extra["changed"] is logged["details"][f"{layer}_replaced"], (extra, logged)
+        assert extra["bronze_version"] == logged["details"]["bronze_version"], (extra, logged)
+
+
+def test_analyst_dag_summarises_the_newest_gold_windows_without_spark(fed: Fed, spark) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    bag = DagBag(dag_folder=str(REPO / "dags" / "playback_gold_summary.py"))
+    assert not bag.import_errors, bag.import_errors
+    run = bag.dags["playback_gold_summary"].test()
+    assert run.state == "success", task_states(run)
+    summary = returned(run, "summarise")
+
+    gold = table(spark, fed.tables.gold)
+    newest = gold.agg(F.max("window_end")).first()[0]
+    recent = gold.where(F.col("window_end") > newest - dt.timedelta(minutes=15))
+    expected = recent.agg(F.count("*"), F.sum("events"), F.sum("plays"), F.sum("errors")).first()
+    got = (summary["rows"], summary["events"], summary["plays"], summary["errors"])
+    assert got == tuple(expected), summary
+    assert summary["rows"] > 0 and summary["windows"] == recent.select("window_start").distinct().count()
+    version = DeltaTable.forPath(spark, str(fed.tables.gold)).history(1).first()["version"]
+    assert summary["version"] == version, summary

@@ -27,13 +27,20 @@ bag = DagBag(dag_folder=sys.argv[1])
 stats = {s.file: s.duration.total_seconds() for s in bag.dagbag_stats}
 heavy = sorted(m for m in ("pyspark", "delta", "great_expectations", "deltalake", "pandas")
                if m in sys.modules)
+def asset(a):
+    return {"name": a.name, "uri": a.uri, "extra": a.extra,
+            "watchers": [[w.name, *w.trigger.serialize()] for w in a.watchers]}
 dags = {}
 for dag_id, dag in bag.dags.items():
+    condition = dag.timetable.asset_condition
     dags[dag_id] = {
         "tasks": sorted(dag.task_ids), "tags": sorted(dag.tags), "owner": dag.owner,
         "params": {k: v.value if not hasattr(v, "dump") else v.dump() for k, v in dag.params.items()},
         "max_active_runs": dag.max_active_runs,
         "callbacks": [bool(t.on_failure_callback) for t in dag.tasks],
+        "schedule_assets": [asset(a) for a in getattr(condition, "objects", [])],
+        "inlets": {t.task_id: [asset(a) for a in t.inlets] for t in dag.tasks if t.inlets},
+        "outlets": {t.task_id: [asset(a) for a in t.outlets] for t in dag.tasks if t.outlets},
     }
 print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "stats": stats,
                   "heavy": heavy, "dags": dags}, default=str))
@@ -52,6 +59,7 @@ def parsed(tmp_path_factory: pytest.TempPathFactory) -> dict:
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     result["weir_home_entries"] = sorted(p.name for p in weir_home.iterdir())
+    result["weir_home"] = str(weir_home)
     return result
 
 
@@ -94,3 +102,53 @@ def test_on_call_params(parsed: dict) -> None:
     assert set(checkpoint) == {"action", "backup_id", "reset_from", "keep", "dry_run", "confirm", "reason"}
     assert set(checkpoint["action"]["schema"]["enum"]) == {
         "inspect", "validate", "backup", "backups", "restore", "rewind", "reset", "prune", "compat"}
+
+
+def every_asset(parsed: dict) -> list[dict]:
+    """Every asset any DAG mentions (schedule, inlets, outlets), once per mention."""
+    return [a for dag in parsed["dags"].values()
+            for a in (dag["schedule_assets"] + [a for assets in dag["inlets"].values() for a in assets]
+                      + [a for assets in dag["outlets"].values() for a in assets])]
+
+
+def test_every_table_is_an_asset_named_by_layer_with_its_location_and_commit_watcher(parsed: dict) -> None:
+    from spark_jobs.home import WeirHome
+    from spark_jobs.layers import PipelineTables
+
+    declared = {a["name"]: a for a in every_asset(parsed)}
+    home = WeirHome(Path(parsed["weir_home"]))
+    for name in catalog.names():
+        pipeline = catalog.load(name)
+        for layer, path in PipelineTables.of(home, pipeline).named().items():
+            asset = declared.get(f"{layer}.{path.name}")
+            assert asset is not None, f"{name}: no asset for {layer} table {path}"
+            assert asset["uri"] == path.as_uri() and asset["extra"]["layer"] == layer, asset
+            interval = (catalog.DEFAULT_ASSET_EVENT_INTERVAL_S if layer == "dim"
+                        else pipeline.asset_event_interval_s)
+            assert asset["watchers"] == [[f"{layer}.{path.name}.commits",
+                                          "weir_airflow.delta_watch.DeltaCommitTrigger",
+                                          {"table_uri": str(path), "asset_name": f"{layer}.{path.name}",
+                                           "interval_s": interval}]], asset
+    # Airflow keeps one watcher per asset only if every DAG declares the asset identically.
+    for mention in every_asset(parsed):
+        assert mention == declared[mention["name"]], f"{mention['name']} declared differently"
+
+
+def test_backfill_reads_bronze_and_dimension_and_emits_silver_quarantine_gold(parsed: dict) -> None:
+    for name in catalog.names():
+        pipeline = catalog.load(name)
+        backfill = parsed["dags"][f"{name}_backfill"]
+        assert [a["name"] for a in backfill["outlets"]["backfill"]] == [
+            f"silver.{pipeline.events_table}", f"quarantine.{pipeline.events_table}",
+            f"gold.{pipeline.gold_table}"]
+        dim = [f"dim.{pipeline.dimension.table}"] if pipeline.dimension else []
+        inlets = [a["name"] for a in backfill["inlets"]["backfill"]]
+        assert inlets == [f"bronze.{pipeline.events_table}", *dim]
+
+
+def test_analyst_dag_is_scheduled_on_the_playback_gold_asset(parsed: dict) -> None:
+    summary = parsed["dags"]["playback_gold_summary"]
+    [gold] = summary["schedule_assets"]
+    assert gold["name"] == "gold.playback_qoe_1m"
+    assert gold["uri"] == (Path(parsed["weir_home"]) / "tables" / "gold" / "playback_qoe_1m").as_uri()
+    assert summary["tasks"] == ["summarise"] and summary["max_active_runs"] == 1
