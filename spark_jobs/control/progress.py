@@ -237,19 +237,23 @@ def read(home: WeirHome, pipeline: str | None = None, *,
     return sorted(rows, key=lambda r: (r["recorded_at"], r["query"] or "", r["batch_id"] or 0))
 
 
-# How far back `latest_by_query` looks, widening only while a query has no row yet: a running
-# pipeline is answered from its last hour, a long-stopped one from its whole history.
+# How far back `latest_by_query` looks from the pipeline's newest row, widening only while a
+# query has no row yet: a running pipeline is answered from its last hour, a long-stopped one
+# from the hour before it stopped, and only a query silent for days costs the whole history.
 LATEST_LOOKBACKS = (dt.timedelta(hours=1), dt.timedelta(days=1), None)
 
 
 def latest_by_query(home: WeirHome, pipeline: str, *, expected: tuple[str, ...] = (),
                     now: dt.datetime | None = None) -> dict[str, dict[str, Any]]:
     """The newest progress row of each query of `pipeline`, reading as little history as it
-    can: the last hour first, wider only while a query of `expected` is still missing."""
+    can: the hour before the pipeline's newest row first (found from the Delta log's file
+    statistics), wider only while a query of `expected` is still missing."""
     now = now or dt.datetime.now(dt.UTC)
+    newest = platform_tables.newest(table_path(home), "recorded_at", equals={"pipeline": pipeline})
+    anchor = min(now, newest) if newest is not None else now
     latest: dict[str, dict[str, Any]] = {}
     for lookback in LATEST_LOOKBACKS:
-        rows = read(home, pipeline, since=now - lookback if lookback is not None else None)
+        rows = read(home, pipeline, since=anchor - lookback if lookback is not None else None)
         latest = {row["query"]: row for row in rows}
         if latest and all(q in latest for q in expected):
             break

@@ -74,6 +74,10 @@ def main() -> None:
     files = len(list(progress.table_path(home).glob("*.parquet")))
     overview = timed(lambda: pipeline_view.overview(home, "playback", now=now), args.repeat)
     detail = timed(lambda: pipeline_view.detail(home, "playback", now=now), args.repeat)
+    # The same history seen two days after its last batch (a pipeline stopped since then).
+    later = now + dt.timedelta(days=2)
+    stopped = timed(lambda: pipeline_view.overview(home, "playback", now=later), args.repeat)
+    others = timed(lambda: pipeline_view.overview_all(home, now=now), args.repeat)
     whole = timed(lambda: progress.read(home, "playback"), 1)
     shown = pipeline_view.detail(home, "playback", now=now)
     print(json.dumps({
@@ -81,6 +85,10 @@ def main() -> None:
         "window_batches": sum(len(s["batch_duration_ms"]) for s in shown["series"].values()),
         "overview_s": {"median": round(statistics.median(overview), 3), "max": round(max(overview), 3)},
         "detail_s": {"median": round(statistics.median(detail), 3), "max": round(max(detail), 3)},
+        "overview_stopped_2_days_s": {"median": round(statistics.median(stopped), 3),
+                                      "max": round(max(stopped), 3)},
+        "overview_all_pipelines_s": {"median": round(statistics.median(others), 3),
+                                     "max": round(max(others), 3)},
         "whole_history_read_s": round(whole[0], 3), "weir_home": str(home.root),
     }, indent=2))
 

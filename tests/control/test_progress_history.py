@@ -43,3 +43,23 @@ def test_since_reads_only_the_window_and_latest_widens_for_a_silent_query(tmp_pa
     assert {q: r["batch_id"] for q, r in latest.items()} == {"playback_ingest": 2, "playback_gold": 3}
     only_ingest = progress.latest_by_query(home, "playback", expected=("playback_ingest",), now=NOW)
     assert set(only_ingest) == {"playback_ingest"}    # answered from the last hour alone
+
+
+def test_latest_of_a_long_stopped_pipeline_is_found_from_the_hour_before_it_stopped(tmp_path: Path) -> None:
+    home = WeirHome(tmp_path / "weir")
+    write(home, "gold", 0, dt.timedelta(hours=3))
+    write(home, "ingest", 0, dt.timedelta(hours=2))
+    write(home, "ingest", 1, dt.timedelta(minutes=30))
+    other = progress.progress_row("hashtags", {"name": "hashtags_ingest", "batchId": 9,
+                                               "durationMs": {}}, driver_pid=2)
+    other["recorded_at"] = NOW + dt.timedelta(days=1)
+    platform_tables.append(progress.table_path(home), [other], progress.schema())
+
+    # The statistics of the other pipeline's file do not count for this one.
+    assert platform_tables.newest(progress.table_path(home), "recorded_at",
+                                  equals={"pipeline": "playback"}) == NOW - dt.timedelta(minutes=30)
+    later = NOW + dt.timedelta(days=2)
+    latest = progress.latest_by_query(home, "playback", expected=("playback_ingest", "playback_gold"),
+                                      now=later)
+    assert {q: r["batch_id"] for q, r in latest.items()} == {"playback_ingest": 1, "playback_gold": 0}
+    assert set(progress.latest_by_query(home, "hashtags", now=later)) == {"hashtags_ingest"}
