@@ -9,6 +9,7 @@ around the whole write for the creation race.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import random
 import time
@@ -48,9 +49,12 @@ def append(path: Path, rows: list[dict[str, Any]], schema: pa.Schema) -> None:
             time.sleep(pause)
 
 
-def read(path: Path, *, equals: dict[str, str] | None = None) -> list[dict[str, Any]]:
+def read(path: Path, *, equals: dict[str, str] | None = None, since: tuple[str, dt.datetime] | None = None,
+         columns: list[str] | None = None) -> list[dict[str, Any]]:
     """All rows of the table at `path` (none if it does not exist yet), optionally only those
-    whose columns equal the given values."""
+    whose columns equal the given values, and only those whose time column is at or after a
+    moment (`since=(column, moment)`): reading the last hour of one pipeline out of a week of
+    history opens only the files that can hold it."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
@@ -58,16 +62,54 @@ def read(path: Path, *, equals: dict[str, str] | None = None) -> list[dict[str, 
         table = DeltaTable(str(path))
     except TableNotFoundError:
         return []
+    import pyarrow as pa
     import pyarrow.dataset as ds
 
     condition = None
+    # Files are pruned by their min/max statistics before Arrow opens them: each writer appends
+    # one pipeline's rows (a driver's progress, an action's event), so a file of another
+    # pipeline is never read; and appends come in time order, so neither is an older file.
+    pruning: list[tuple[str, str, Any]] = []
     for column, value in (equals or {}).items():
         term = ds.field(column) == value
         condition = term if condition is None else condition & term
+        pruning.append((column, "=", value))
+    if since is not None:
+        column, moment = since
+        term = ds.field(column) >= pa.scalar(moment, pa.timestamp("us", tz="UTC"))
+        condition = term if condition is None else condition & term
+        pruning.append((column, ">=", moment))
+    dataset = table.to_pyarrow_dataset(file_pruning_predicate=pruning or None)
     # Single-threaded: a CLI (`weir status`) exits right after reading, and Arrow's scan threads
     # still alive at interpreter exit abort the process ("terminate called without an active
     # exception", about one exit in three with `to_pyarrow_table`). The tables are small.
-    return table.to_pyarrow_dataset().to_table(filter=condition, use_threads=False).to_pylist()
+    return dataset.to_table(filter=condition, columns=columns, use_threads=False).to_pylist()
+
+
+def newest(path: Path, column: str, *, equals: dict[str, str] | None = None) -> dt.datetime | None:
+    """The largest value of time column `column` among the files that may hold rows equal to
+    `equals`, from the Delta log's file statistics alone (no data file is opened); None when
+    the table does not exist, is empty, or a file lacks the statistic."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        table = DeltaTable(str(path))
+    except TableNotFoundError:
+        return None
+    stats = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    found: dt.datetime | None = None
+    for entry in stats:
+        # A file may hold rows equal to `equals` unless its min/max statistics exclude them.
+        if any(entry.get(f"min.{c}") is not None and not entry[f"min.{c}"] <= v <= entry[f"max.{c}"]
+               for c, v in (equals or {}).items()):
+            continue
+        value = entry.get(f"max.{column}")
+        if value is None:
+            return None
+        found = value if found is None else max(found, value)
+    return found
 
 
 def exists(path: Path) -> bool:

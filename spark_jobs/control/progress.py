@@ -228,8 +228,33 @@ def make_listener(pipeline: str, writer: ProgressWriter,
     return ProgressListener()
 
 
-def read(home: WeirHome, pipeline: str | None = None) -> list[dict[str, Any]]:
-    """The progress history (oldest first), of one pipeline or all."""
-    rows = platform_tables.read(table_path(home), equals={"pipeline": pipeline} if pipeline else None)
+def read(home: WeirHome, pipeline: str | None = None, *,
+         since: dt.datetime | None = None) -> list[dict[str, Any]]:
+    """The progress history (oldest first), of one pipeline or all, whole or only the rows
+    recorded at or after `since` (only the files that can hold them are read)."""
+    rows = platform_tables.read(table_path(home), equals={"pipeline": pipeline} if pipeline else None,
+                                since=("recorded_at", since) if since is not None else None)
     return sorted(rows, key=lambda r: (r["recorded_at"], r["query"] or "", r["batch_id"] or 0))
 
+
+# How far back `latest_by_query` looks from the pipeline's newest row, widening only while a
+# query has no row yet: a running pipeline is answered from its last hour, a long-stopped one
+# from the hour before it stopped, and only a query silent for days costs the whole history.
+LATEST_LOOKBACKS = (dt.timedelta(hours=1), dt.timedelta(days=1), None)
+
+
+def latest_by_query(home: WeirHome, pipeline: str, *, expected: tuple[str, ...] = (),
+                    now: dt.datetime | None = None) -> dict[str, dict[str, Any]]:
+    """The newest progress row of each query of `pipeline`, reading as little history as it
+    can: the hour before the pipeline's newest row first (found from the Delta log's file
+    statistics), wider only while a query of `expected` is still missing."""
+    now = now or dt.datetime.now(dt.UTC)
+    newest = platform_tables.newest(table_path(home), "recorded_at", equals={"pipeline": pipeline})
+    anchor = min(now, newest) if newest is not None else now
+    latest: dict[str, dict[str, Any]] = {}
+    for lookback in LATEST_LOOKBACKS:
+        rows = read(home, pipeline, since=anchor - lookback if lookback is not None else None)
+        latest = {row["query"]: row for row in rows}
+        if latest and all(q in latest for q in expected):
+            break
+    return latest

@@ -7,7 +7,7 @@ start a successor), FAILED (the driver died, or the restart budget is spent), NO
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_jobs import catalog
 from spark_jobs.control import eventlog, progress
@@ -16,15 +16,18 @@ from spark_jobs.control.lease import iso, now_utc
 from spark_jobs.control.supervision import SupervisorState, recent_restarts, stopped_marker
 from spark_jobs.control.supervisor import automatic_restarts
 from spark_jobs.home import WeirHome
+from spark_jobs.topology import QUERIES, query_name
+
+if TYPE_CHECKING:
+    from spark_jobs.catalog import Pipeline
 
 STATES = {"running": "RUNNING", "starting": "STARTING", "stalled": "STALLED", "stopping": "STOPPING",
           "stopped": "STOPPED", "absent": "NOT_DEPLOYED"}
 
 
-def _queries_from_history(home: WeirHome, pipeline: str) -> list[dict[str, Any]]:
-    latest: dict[str, dict[str, Any]] = {}
-    for row in progress.read(home, pipeline):
-        latest[row["query"]] = row
+def _queries_from_history(home: WeirHome, pipeline: Pipeline) -> list[dict[str, Any]]:
+    expected = tuple(query_name(pipeline, query) for query in QUERIES)
+    latest = progress.latest_by_query(home, pipeline.name, expected=expected)
     return [{"name": name, "last_batch_id": row["batch_id"],
              "last_progress_at": iso(row["progress_at"]) if row["progress_at"] else None}
             for name, row in sorted(latest.items())]
@@ -46,7 +49,7 @@ def pipeline_status(home: WeirHome, name: str) -> dict[str, Any]:
                 "last_progress_at": q.get("last_progress_at")}
                for qname, q in sorted((beat.get("queries") or {}).items())]
     if not queries or health.verdict not in ("running", "starting", "stalled", "stopping"):
-        queries = _queries_from_history(home, name) or queries
+        queries = _queries_from_history(home, pipeline) or queries
     return {
         "pipeline": name,
         "state": state,
