@@ -48,12 +48,14 @@ class PipelineRunningError(UserError):
 def run_action(pipeline: str, action: str, *, backup_id: str | None = None,
                reset_from: str | None = None, keep: int | None = None, dry_run: bool = False,
                confirm: bool = False, actor: str = "airflow", reason: str | None = None,
-               home: WeirHome | None = None, spark: SparkSession | None = None,
+               approval: dict[str, Any] | None = None, home: WeirHome | None = None,
+               spark: SparkSession | None = None,
                progress: backups.Progress | None = None) -> dict[str, Any]:
     """Run checkpoint `action` on `pipeline` and return what happened (JSON-able).
 
     `backup_id` names the backup for restore/rewind (`latest` = the newest); `reset_from` is
-    earliest|latest|TIMESTAMP for reset; `keep` is the number of backups prune keeps. `home`,
+    earliest|latest|TIMESTAMP for reset; `keep` is the number of backups prune keeps; `approval`
+    (who approved it in Airflow, and why) goes to the event log with the action. `home`,
     `spark` and `progress` are for in-process callers (tests, the CLI's progress bar)."""
     from spark_jobs import catalog
 
@@ -77,15 +79,22 @@ def run_action(pipeline: str, action: str, *, backup_id: str | None = None,
                                       progress=progress)
         except Exception as err:
             if action in DESTRUCTIVE or action == "backup":
-                _record(home, p.name, action, "failed", actor, reason, {"error": str(err)[:500]})
+                _record(home, p.name, action, "failed", actor, reason,
+                        _with(approval, {"error": str(err)[:500]}))
             raise
     result.setdefault("pipeline", p.name)
     result["action"] = action
     result["dry_run"] = dry_run
     result["seconds"] = round(time.monotonic() - started, 3)
+    if approval:
+        result["approval"] = approval
     if action in DESTRUCTIVE or action == "backup":
         _record(home, p.name, action, "dry run" if dry_run else "ok", actor, reason, result)
     return result
+
+
+def _with(approval: dict[str, Any] | None, details: dict[str, Any]) -> dict[str, Any]:
+    return {**details, "approval": approval} if approval else details
 
 
 def _record(home: WeirHome, pipeline: str, action: str, outcome: str, actor: str,
