@@ -122,8 +122,16 @@ def time_out(dag_id: str, seen: dict) -> None:
 
 def run_answered(dag_id: str, answer: Any, **conf: Any) -> tuple[Any, dict]:
     """`DAG.test()` of `dag_id` while `answer(dag_id, seen)` answers its approval from a thread."""
+    # Everything imported and every mapper configured here first: a thread importing Airflow's
+    # models while `DAG.test()` does deadlocks on the import and SQLAlchemy's configure locks.
+    import airflow.jobs.scheduler_job_runner
+    import airflow.models.hitl
+    import airflow.models.trigger  # noqa: F401
+    from sqlalchemy.orm import configure_mappers
     from weir_airflow.dag_factory import pipeline_dags
 
+    dag = pipeline_dags(P)[dag_id]
+    configure_mappers()
     seen: dict = {}
     errors: list[BaseException] = []
 
@@ -132,13 +140,26 @@ def run_answered(dag_id: str, answer: Any, **conf: Any) -> tuple[Any, dict]:
             answer(dag_id, seen)
         except BaseException as err:  # reported by the test, not lost in the thread
             errors.append(err)
+            unblock(dag_id)
 
     helper = threading.Thread(target=answering, daemon=True)
     helper.start()
-    run = pipeline_dags(P)[dag_id].test(run_conf=conf)
+    run = dag.test(run_conf=conf)
     helper.join(timeout=30)
     assert not errors, errors
     return run, seen
+
+
+def unblock(dag_id: str) -> None:
+    """Fail whatever still waits for input, so that a failed answer ends `DAG.test()`."""
+    from airflow.models.taskinstance import TaskInstance as TI
+    from airflow.utils.session import create_session
+    from airflow.utils.state import TaskInstanceState
+    from sqlalchemy import update
+
+    with create_session() as session:
+        session.execute(update(TI).where(TI.dag_id == dag_id, TI.state == TaskInstanceState.AWAITING_INPUT)
+                        .values(state=TaskInstanceState.FAILED))
 
 
 def task_states(run: Any) -> dict[str, str]:
