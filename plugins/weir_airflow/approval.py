@@ -55,12 +55,12 @@ class PlanApprovalOperator(ApprovalOperator):
             self._record(outcome, "airflow", str(event.get("error"))[:500],
                          {"approval": {"decision": None, "error": event.get("error")}})
             return super().execute_complete(context, event)      # raises: the action never runs
-        result = super().execute_complete(context, event)
-        approval = approval_of(dict(result))
+        approval = approval_of(event)
         if approval["decision"] != self.APPROVE:
+            # Recorded first: a rejection ends the operator by raising the skip of the action.
             self._record("rejected", approval["by"] or "airflow", approval["reason"],
                          {"approval": approval})
-        return result
+        return super().execute_complete(context, event)
 
     def _record(self, outcome: str, actor: str, reason: str | None, details: dict[str, Any]) -> None:
         from spark_jobs.control import eventlog
