@@ -85,8 +85,8 @@ def respond(dag_id: str, option: str, reason: str, user: str, seen: dict) -> Non
     from airflow.models.hitl import HITLDetail
     from airflow.models.taskinstance import TaskInstance as TI
     from airflow.models.trigger import handle_event_submit
+    from airflow.sdk import timezone
     from airflow.triggers.base import TriggerEvent
-    from airflow.utils import timezone
     from airflow.utils.session import create_session
 
     waiting = parked(dag_id, "approve")
@@ -108,7 +108,7 @@ def time_out(dag_id: str, seen: dict) -> None:
     from airflow.jobs.job import Job
     from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
     from airflow.models.taskinstance import TaskInstance as TI
-    from airflow.utils import timezone
+    from airflow.sdk import timezone
     from airflow.utils.session import create_session
 
     waiting = parked(dag_id, "approve")
