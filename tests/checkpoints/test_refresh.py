@@ -37,7 +37,7 @@ def test_refresh_from_bronze_rebuilds_damaged_layers_exactly_once(playback, spar
     playback.land("b", hour=1)
     playback.run()
     tables, home = playback.tables, playback.home
-    ingest_batch = generations.current_generation(home, "playback")
+    generation_before = generations.current_generation(home, "playback")
     # Damage the derived layers as a bad deploy would: silver and quarantine lose rows, gold too.
     DeltaTable.forPath(spark, str(tables.silver)).delete("event_type = 'heartbeat'")
     DeltaTable.forPath(spark, str(tables.gold)).delete("true")
@@ -50,7 +50,7 @@ def test_refresh_from_bronze_rebuilds_damaged_layers_exactly_once(playback, spar
 
     playback.assert_exactly_once()
     assert table(spark, tables.quarantine).count() > 0, "the rejects are back in quarantine"
-    assert result["generation"] == int(ingest_batch.get("generation", 0)) + 1
+    assert result["generation"] == int(generation_before.get("generation", 0)) + 1
     assert _last_committed(playback, "ingest") == ingest_last, "ingest keeps its position"
     assert not checkpoint_location(home, playback.pipeline, "gold").exists(), "gold starts fresh"
     safety = backups.find_backup(home, "playback", result["safety_backup"])[0]
