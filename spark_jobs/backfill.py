@@ -212,5 +212,28 @@ def rebuild_gold(spark: SparkSession, pipeline: Pipeline, home: WeirHome,
     return version
 
 
+def rebuild_from_bronze(spark: SparkSession, pipeline: Pipeline, home: WeirHome) -> int:
+    """A full refresh's derivation: silver and quarantine replaced as a whole by what every line
+    of bronze (as of its latest version V) derives to with the current code, in one overwrite each
+    (the schema may have changed: that is why one refreshes). The caller holds the pipeline's
+    lease, so no stream commits meanwhile; the old versions stay in the tables' history. Gold is
+    left to `rebuild_gold`, which runs on the fresh gold checkpoint. Returns V."""
+    tables = ensure_tables(spark, home, pipeline)
+    version = latest_version(spark, tables.bronze)
+    lines = spark.read.format("delta").option("versionAsOf", version).load(str(tables.bronze))
+    parsed = row_rules.with_rules(transforms.parse(lines, pipeline), row_rules.of(pipeline.name)).persist()
+    try:
+        derived = transforms.silver(parsed, read_dimension(spark, tables), pipeline)
+        for frame, path, partition in ((derived, tables.silver, "event_date"),
+                                       (transforms.rejects(parsed), tables.quarantine, "ingest_date")):
+            retry_conflicts(lambda f=frame, t=path, c=partition: f.write.format("delta").mode("overwrite")
+                            .option("overwriteSchema", "true").partitionBy(c).save(str(t)),
+                            what=f"rebuild {path}")
+    finally:
+        parsed.unpersist()
+    log.info("%s: silver and quarantine rebuilt from bronze version %d", pipeline.name, version)
+    return version
+
+
 def _word(changed: bool) -> str:
     return "replaced" if changed else "unchanged"

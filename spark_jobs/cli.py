@@ -17,6 +17,7 @@ from spark_jobs.errors import UserError
 
 COMMANDS = (
     "run", "backfill", "sql", "generate", "produce", "status", "stop", "maintain", "checkpoint", "dq",
+    "refresh",
 )
 
 

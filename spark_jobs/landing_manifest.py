@@ -140,7 +140,7 @@ class Manifest:
         return len(self.entries)
 
 
-def _digest(path: str) -> str:
+def file_digest(path: str) -> str:
     h = hashlib.blake2b(digest_size=16)
     with open(path, "rb", buffering=0) as f:
         while block := f.read(_HASH_BLOCK):
@@ -165,7 +165,7 @@ def discover(manifest: Manifest) -> list[FileEntry]:
     for mtime_ns, name, st in sorted(candidates, key=lambda c: (c[0], c[1])):
         path = str(manifest.landing / name)
         try:
-            digest = _digest(path)
+            digest = file_digest(path)
             after = os.stat(path)
         except FileNotFoundError:
             continue  # removed meanwhile; nothing to read
@@ -239,6 +239,6 @@ def seed(directory: Path, landing: Path, skipped: Sequence[Path]) -> None:
     for path in sorted(skipped, key=lambda f: (f.stat().st_mtime_ns, f.name)):
         st = path.stat()
         entries.append(FileEntry(str(landing.absolute() / path.name), st.st_size, st.st_mtime_ns,
-                                 _digest(str(path))))
+                                 file_digest(str(path))))
     manifest.append(entries)
     _write_new_file(directory / START_FILE, json.dumps({"file": len(entries)}).encode())

@@ -10,7 +10,9 @@ For pipeline P:
   bronze and the dimension (inlets) and emits an asset event for silver, quarantine and gold
   with the date in the event's extra (outlets);
 - `P_dq`: the expectations over recent partitions, hourly;
-- `P_checkpoint`: on-call checkpoint actions; `P_checkpoint_backup`: hourly backup + prune;
+- `P_checkpoint`: on-call checkpoint actions, the destructive ones (restore, rewind, reset, prune)
+  after an approval of their dry-run plan; `P_checkpoint_backup`: hourly backup + prune;
+- `P_refresh`: full refresh (`weir refresh`), after an approval of its dry-run plan;
 - `P_maintenance`: daily OPTIMIZE and VACUUM of silver and gold.
 """
 
@@ -133,30 +135,86 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
         dq_recent()
     dags[dq_dag.dag_id] = dq_dag
 
+    from weir_airflow.approval import PlanApprovalOperator
+
+    # Destructive actions show their dry-run plan and wait for a person's approval (which replaces
+    # the old `confirm` Param); the others, and dry runs, run at once.
     with DAG(f"{name}_checkpoint", schedule=None, max_active_runs=1, tags=[*tags, "on-call"],
-             description=f"Checkpoint actions on {name} (inspect, backup, restore, reset, ...)",
+             description=f"Checkpoint actions on {name} (inspect, backup, restore, reset, ...); "
+                         "destructive ones after an approval of their plan",
              params={
                  "action": Param("inspect", enum=list(CHECKPOINT_ACTIONS)),
                  "backup_id": Param(None, type=["null", "string"]),
                  "reset_from": Param(None, type=["null", "string"]),
                  "keep": Param(None, type=["null", "integer"], minimum=1),
                  "dry_run": Param(False, type="boolean"),
-                 "confirm": Param(False, type="boolean"),
                  "reason": Param(None, type=["null", "string"]),
              }, **common) as checkpoint_dag:
 
-        @task(task_id="checkpoint")
-        def checkpoint() -> dict:
-            from weir_airflow.tasks import checkpoint_action
+        @task.branch(task_id="route")
+        def route() -> str:
+            p = get_current_context()["params"]
+            return "plan" if _needs_approval(p) else "checkpoint"
+
+        @task(task_id="plan")
+        def plan() -> dict:
+            from weir_airflow.tasks import checkpoint_plan
 
             p = get_current_context()["params"]
-            return checkpoint_action(name, p["action"], backup_id=p.get("backup_id"),
-                                     reset_from=p.get("reset_from"), keep=p.get("keep"),
-                                     dry_run=bool(p.get("dry_run")), confirm=bool(p.get("confirm")),
-                                     actor=_actor(), reason=p.get("reason"))
+            return checkpoint_plan(name, p["action"], backup_id=p.get("backup_id"),
+                                   reset_from=p.get("reset_from"), keep=p.get("keep"), actor=_actor(),
+                                   reason=p.get("reason"))
 
-        checkpoint()
+        # Runs straight after `route`, or after an approval (a rejection skips it).
+        @task(task_id="checkpoint", trigger_rule="none_failed_min_one_success")
+        def checkpoint() -> dict:
+            from weir_airflow.tasks import approved_checkpoint_action, checkpoint_action
+
+            context = get_current_context()
+            p = context["params"]
+            args = {"backup_id": p.get("backup_id"), "reset_from": p.get("reset_from"),
+                    "keep": p.get("keep"), "actor": _actor(), "reason": p.get("reason")}
+            if _needs_approval(p):
+                return approved_checkpoint_action(name, p["action"],
+                                                  context["ti"].xcom_pull(task_ids="approve"), **args)
+            return checkpoint_action(name, p["action"], dry_run=bool(p.get("dry_run")), **args)
+
+        routed, planned, run_it = route(), plan(), checkpoint()
+        approve = PlanApprovalOperator(task_id="approve", pipeline=name,
+                                       event_action="checkpoint {{ params.action }}")
+        routed >> [planned, run_it]
+        planned >> approve >> run_it
     dags[checkpoint_dag.dag_id] = checkpoint_dag
+
+    with DAG(f"{name}_refresh", schedule=None, max_active_runs=1, tags=[*tags, "on-call"],
+             description=f"Full refresh of {name} (weir refresh): plan, approval, then backup, "
+                         "checkpoint reset and tables rebuilt",
+             params={
+                 "origin": Param("bronze", enum=["bronze", "source"],
+                                 description="bronze: re-derive silver, quarantine, gold from bronze; "
+                                             "source: re-read bronze from the source too"),
+                 "reason": Param(type="string", minLength=3, description="why (goes to the event log)"),
+             }, **common) as refresh_dag:
+
+        @task(task_id="plan")
+        def refresh_plan() -> dict:
+            from weir_airflow.tasks import refresh_plan as plan_of
+
+            p = get_current_context()["params"]
+            return plan_of(name, p["origin"], actor=_actor(), reason=p.get("reason"))
+
+        @task(task_id="refresh")
+        def refresh() -> dict:
+            from weir_airflow.tasks import approved_refresh
+
+            context = get_current_context()
+            p = context["params"]
+            return approved_refresh(name, p["origin"], context["ti"].xcom_pull(task_ids="approve"),
+                                    actor=_actor(), reason=p.get("reason"))
+
+        refresh_plan() >> PlanApprovalOperator(task_id="approve", pipeline=name,
+                                               event_action="refresh") >> refresh()
+    dags[refresh_dag.dag_id] = refresh_dag
 
     with DAG(f"{name}_checkpoint_backup", schedule="@hourly", max_active_runs=1,
              tags=[*tags, "checkpoint"],
@@ -192,6 +250,13 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
         optimize_vacuum()
     dags[maintenance_dag.dag_id] = maintenance_dag
     return dags
+
+
+def _needs_approval(params: Any) -> bool:
+    """A destructive checkpoint action that is not a dry run waits for an approval of its plan."""
+    from spark_jobs.checkpoints import DESTRUCTIVE
+
+    return params["action"] in DESTRUCTIVE and not params.get("dry_run")
 
 
 def _run_date(context: Any) -> str:

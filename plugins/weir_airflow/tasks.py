@@ -79,3 +79,68 @@ def maintain(pipeline: str, actor: str = "airflow") -> None:
     `weir maintain` itself."""
     submit_cli(pipeline, ["maintain", pipeline, "--retain-hours", str(SAFE_RETENTION_HOURS),
                           "--actor", actor])
+
+
+def plan_markdown(title: str, result: dict[str, Any]) -> str:
+    """A dry-run result as the Markdown an approver reads: what changes, in the result's own words."""
+    import json
+
+    body = json.dumps(result.get("plan", result), indent=2, sort_keys=True, default=str)
+    return f"### {title}: the plan (dry run, nothing changed yet)\n\n```json\n{body}\n```\n"
+
+
+def checkpoint_plan(pipeline: str, action: str, *, backup_id: str | None = None,
+                    reset_from: str | None = None, keep: int | None = None, actor: str = "airflow",
+                    reason: str | None = None) -> dict[str, Any]:
+    """The dry run of a destructive checkpoint action, for its approval step: the plan and its
+    Markdown (`text`, shown to the approver)."""
+    result = checkpoint_action(pipeline, action, backup_id=backup_id, reset_from=reset_from, keep=keep,
+                               dry_run=True, actor=actor, reason=reason)
+    return {"plan": result, "text": plan_markdown(f"checkpoint {action} of {pipeline}", result)}
+
+
+def approved(payload: dict[str, Any] | None, what: str) -> dict[str, Any]:
+    """The approval an action runs under; refuse to run without one (a skipped or failed approval
+    never reaches here, this guards a DAG wired wrongly)."""
+    from weir_airflow.approval import approval_of
+
+    approval = approval_of(payload)
+    if approval["decision"] != "Approve":
+        raise RuntimeError(f"{what}: not approved ({approval}); nothing done")
+    return approval
+
+
+def approved_checkpoint_action(pipeline: str, action: str, payload: dict[str, Any] | None, *,
+                               backup_id: str | None = None, reset_from: str | None = None,
+                               keep: int | None = None, actor: str = "airflow",
+                               reason: str | None = None) -> dict[str, Any]:
+    """A destructive checkpoint action once approved: the approval stands for `--yes`, and who
+    approved it and why go to the action's event."""
+    from spark_jobs.checkpoints import run_action
+
+    approval = approved(payload, f"{pipeline} checkpoint {action}")
+    result = run_action(pipeline, action, backup_id=backup_id or None, reset_from=reset_from or None,
+                        keep=keep, confirm=True, actor=actor, reason=reason or None, approval=approval)
+    log.info("%s checkpoint %s approved by %s: %s", pipeline, action, approval["by"], result)
+    return result
+
+
+def refresh_plan(pipeline: str, origin: str, *, actor: str = "airflow",
+                 reason: str | None = None) -> dict[str, Any]:
+    """The dry run of `weir refresh`, for its approval step (plan and Markdown)."""
+    from spark_jobs.checkpoints.refresh import refresh
+
+    result = refresh(pipeline, origin=origin, dry_run=True, actor=actor, reason=reason or None)
+    return {"plan": result, "text": plan_markdown(f"refresh of {pipeline} from {origin}", result)}
+
+
+def approved_refresh(pipeline: str, origin: str, payload: dict[str, Any] | None, *,
+                     actor: str = "airflow", reason: str | None = None) -> dict[str, Any]:
+    """`weir refresh --yes` once approved (in this worker, as the checkpoint actions run)."""
+    from spark_jobs.checkpoints.refresh import refresh
+
+    approval = approved(payload, f"{pipeline} refresh")
+    result = refresh(pipeline, origin=origin, confirm=True, actor=actor, reason=reason or None,
+                     approval=approval)
+    log.info("%s refresh from %s approved by %s: %s", pipeline, origin, approval["by"], result)
+    return result

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 ACTIONS = ("inspect", "validate", "backup", "backups", "restore", "rewind", "reset", "prune", "compat")
 DESTRUCTIVE = frozenset({"restore", "rewind", "reset", "prune"})
-NEEDS_STOPPED = frozenset({"restore", "rewind", "reset"})
+NEEDS_STOPPED = frozenset({"restore", "rewind", "reset", "refresh"})    # refresh: see refresh.py
 REWOUND_LAYERS = ("bronze", "quarantine", "silver", "gold")    # the pipeline's outputs, not the dimension
 LEFTOVER_AGE_S = 3600.0
 
@@ -48,12 +48,14 @@ class PipelineRunningError(UserError):
 def run_action(pipeline: str, action: str, *, backup_id: str | None = None,
                reset_from: str | None = None, keep: int | None = None, dry_run: bool = False,
                confirm: bool = False, actor: str = "airflow", reason: str | None = None,
-               home: WeirHome | None = None, spark: SparkSession | None = None,
+               approval: dict[str, Any] | None = None, home: WeirHome | None = None,
+               spark: SparkSession | None = None,
                progress: backups.Progress | None = None) -> dict[str, Any]:
     """Run checkpoint `action` on `pipeline` and return what happened (JSON-able).
 
     `backup_id` names the backup for restore/rewind (`latest` = the newest); `reset_from` is
-    earliest|latest|TIMESTAMP for reset; `keep` is the number of backups prune keeps. `home`,
+    earliest|latest|TIMESTAMP for reset; `keep` is the number of backups prune keeps; `approval`
+    (who approved it in Airflow, and why) goes to the event log with the action. `home`,
     `spark` and `progress` are for in-process callers (tests, the CLI's progress bar)."""
     from spark_jobs import catalog
 
@@ -70,22 +72,29 @@ def run_action(pipeline: str, action: str, *, backup_id: str | None = None,
             f"{action} of {p.name} is destructive: confirm it (--yes on the CLI, the confirm Param in "
             "Airflow) or preview it with --dry-run")
     started = time.monotonic()
-    with _holding(home, p.name, action, dry_run=dry_run):
+    with holding(home, p.name, action, dry_run=dry_run):
         try:
             result = _ACTIONS[action](home, p, backup_id=backup_id, reset_from=reset_from, keep=keep,
                                       dry_run=dry_run, actor=actor, reason=reason, spark=spark,
                                       progress=progress)
         except Exception as err:
             if action in DESTRUCTIVE or action == "backup":
-                _record(home, p.name, action, "failed", actor, reason, {"error": str(err)[:500]})
+                _record(home, p.name, action, "failed", actor, reason,
+                        _with(approval, {"error": str(err)[:500]}))
             raise
     result.setdefault("pipeline", p.name)
     result["action"] = action
     result["dry_run"] = dry_run
     result["seconds"] = round(time.monotonic() - started, 3)
+    if approval:
+        result["approval"] = approval
     if action in DESTRUCTIVE or action == "backup":
         _record(home, p.name, action, "dry run" if dry_run else "ok", actor, reason, result)
     return result
+
+
+def _with(approval: dict[str, Any] | None, details: dict[str, Any]) -> dict[str, Any]:
+    return {**details, "approval": approval} if approval else details
 
 
 def _record(home: WeirHome, pipeline: str, action: str, outcome: str, actor: str,
@@ -97,7 +106,7 @@ def _record(home: WeirHome, pipeline: str, action: str, outcome: str, actor: str
 
 
 @contextlib.contextmanager
-def _holding(home: WeirHome, pipeline: str, action: str, *, dry_run: bool) -> Iterator[None]:
+def holding(home: WeirHome, pipeline: str, action: str, *, dry_run: bool) -> Iterator[None]:
     """Hold `pipeline` for a checkpoint-rewriting action: take its driver lease for the whole
     action, so a driver started meanwhile (a supervisor's relaunch) is refused with
     `LeaseHeldError` rather than starting on a half-installed checkpoint. A dry run only checks
@@ -156,7 +165,7 @@ def _session(spark: SparkSession | None, name: str) -> SparkSession:
     return spark or build_session(f"weir-checkpoint-{name}")
 
 
-def _safety_backup(home: WeirHome, p: Pipeline, action: str, actor: str, reason: str | None,
+def safety_backup(home: WeirHome, p: Pipeline, action: str, actor: str, reason: str | None,
                    progress: backups.Progress | None) -> backups.Manifest | None:
     """The automatic backup of the live checkpoint before a destructive action (whole copy: the
     stream is stopped, and even a damaged checkpoint is kept as it was)."""
@@ -210,7 +219,7 @@ def _restore(home: WeirHome, p: Pipeline, *, backup_id: str | None, actor: str, 
     plan = {"backup": manifest.id, "batches": {q: c.batch for q, c in manifest.queries.items()}}
     if dry_run:
         return {"plan": plan}
-    safety = _safety_backup(home, p, "restore", actor, reason, progress)
+    safety = safety_backup(home, p, "restore", actor, reason, progress)
     staged = generations.staging_folder(home, p.name)
     generations.stage_backup(path, staged)
     number = generations.install(home, p, staged, f"restore {manifest.id}")
@@ -240,7 +249,7 @@ def _rewind(home: WeirHome, p: Pipeline, *, backup_id: str | None, actor: str, r
             "fresh_queries": [q for q in topology.QUERIES if q != "ingest"]}
     if dry_run:
         return {"plan": plan}
-    safety = _safety_backup(home, p, "rewind", actor, reason, progress)
+    safety = safety_backup(home, p, "rewind", actor, reason, progress)
     session = _session(spark, p.name) if restores else None
     for layer, version in restores.items():
         from delta.tables import DeltaTable
@@ -271,7 +280,7 @@ def _reset(home: WeirHome, p: Pipeline, *, reset_from: str | None, actor: str, r
         raise UserError(str(err)) from None
     if dry_run:
         return {"plan": plan.as_dict(), "files_to_process": list(plan.pending_files)[:50]}
-    safety = _safety_backup(home, p, "reset", actor, reason, progress)
+    safety = safety_backup(home, p, "reset", actor, reason, progress)
     staged = generations.staging_folder(home, p.name)
     generations.stage_reset(home, p, plan, staged)
     number = generations.install(home, p, staged, f"reset --from {reset_from}")

@@ -16,7 +16,8 @@ from spark_jobs import catalog
 
 pytestmark = pytest.mark.airflow
 REPO = Path(__file__).resolve().parents[2]
-KINDS = ("stream", "stop", "restart", "backfill", "dq", "checkpoint", "checkpoint_backup", "maintenance")
+KINDS = ("stream", "stop", "restart", "backfill", "dq", "checkpoint", "checkpoint_backup", "maintenance",
+         "refresh")
 
 # Runs in a fresh interpreter: parse the DAG folder with Airflow's own DagBag, time each file,
 # and report which heavy modules got imported and whether WEIR_HOME was touched.
@@ -91,6 +92,8 @@ def test_every_pipeline_has_its_dags_with_owner_tags_and_alerts(parsed: dict) ->
         assert dags[f"{name}_backfill"]["tasks"] == ["backfill", "dq"]
         assert dags[f"{name}_checkpoint_backup"]["tasks"] == ["backup", "prune"]
         assert dags[f"{name}_restart"]["tasks"] == ["deploy", "restart"]
+        assert dags[f"{name}_checkpoint"]["tasks"] == ["approve", "checkpoint", "plan", "route"]
+        assert dags[f"{name}_refresh"]["tasks"] == ["approve", "plan", "refresh"]
 
 
 def test_on_call_params(parsed: dict) -> None:
@@ -99,9 +102,14 @@ def test_on_call_params(parsed: dict) -> None:
     assert restart["mode"]["schema"]["enum"] == ["restart", "restore_backup", "reset"]
     assert restart["confirm"]["value"] is False
     checkpoint = parsed["dags"]["playback_checkpoint"]["params"]
-    assert set(checkpoint) == {"action", "backup_id", "reset_from", "keep", "dry_run", "confirm", "reason"}
+    # The approval of the plan replaced the `confirm` Param of the destructive actions.
+    assert set(checkpoint) == {"action", "backup_id", "reset_from", "keep", "dry_run", "reason"}
     assert set(checkpoint["action"]["schema"]["enum"]) == {
         "inspect", "validate", "backup", "backups", "restore", "rewind", "reset", "prune", "compat"}
+    refresh = parsed["dags"]["playback_refresh"]["params"]
+    assert refresh["origin"]["schema"]["enum"] == ["bronze", "source"]
+    assert refresh["origin"]["value"] == "bronze"
+    assert refresh["reason"]["schema"]["minLength"] >= 1 and refresh["reason"]["value"] is None
 
 
 def every_asset(parsed: dict) -> list[dict]:

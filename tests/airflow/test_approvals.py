@@ -1,0 +1,216 @@
+"""Destructive actions wait for a person: `P_checkpoint` (reset here) and `P_refresh` first show
+their dry-run plan, then park in Airflow's human-in-the-loop approval, run with Airflow's own
+`DAG.test()` on real data. The approval is answered the way Airflow's HITL REST endpoint does it
+(response written to `hitl_detail`, the parked task resumed with `handle_event_submit`), a timeout
+the way the scheduler's `check_awaiting_input_timeouts` sweep does it (the sweep itself is run).
+A rejection and a timeout change no table version and no checkpoint file; an approval runs the
+refresh exactly once, with who approved and why in the event log."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spark_jobs import catalog, stream
+from spark_jobs.checkpoints import backups
+from spark_jobs.control import eventlog
+from spark_jobs.generator import generate
+from spark_jobs.home import WeirHome
+from spark_jobs.layers import PipelineTables
+from tests.helpers import assert_exactly_once, table
+from tests.integration.pipelines import playback
+
+pytestmark = [pytest.mark.slow, pytest.mark.airflow, pytest.mark.timeout(900)]
+P = "playback"
+START = dt.datetime(2026, 11, 19, 20, 0, tzinfo=dt.UTC)
+AIRFLOW = Path(sys.executable).parent / "airflow"
+ANSWER_WITHIN_S = 240
+
+
+@pytest.fixture(scope="module")
+def home(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[WeirHome, set[str]]]:
+    """A migrated Airflow DB and a WEIR_HOME the playback stream has filled once."""
+    out = subprocess.run([str(AIRFLOW), "db", "migrate"], env=dict(os.environ), capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    root = tmp_path_factory.mktemp("weir-approvals")
+    weir = WeirHome(root)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("WEIR_HOME", str(root))
+        landed = generate(weir.landing(P), files=2, sessions_per_file=4, seed=41, prefix="a", start=START)
+        stream.run(playback(files_per_trigger=1), once=True, home=weir, spark=spark)
+        yield weir, landed.event_ids
+
+
+def snapshot(home: WeirHome) -> tuple[dict, dict]:
+    root = home.checkpoints(P)
+    files = {str(f.relative_to(root)): hashlib.sha256(f.read_bytes()).hexdigest()
+             for f in sorted(root.rglob("*")) if f.is_file()}
+    return backups.table_versions(home, catalog.load(P)), files
+
+
+def parked(dag_id: str, task_id: str) -> Any:
+    """The task instance of `dag_id.task_id` waiting for input (with its HITL request), once it is."""
+    from airflow.models.taskinstance import TaskInstance as TI
+    from airflow.utils.session import create_session
+    from airflow.utils.state import TaskInstanceState
+    from sqlalchemy import select
+    from sqlalchemy.orm import joinedload
+
+    deadline = time.monotonic() + ANSWER_WITHIN_S
+    while time.monotonic() < deadline:
+        with create_session() as session:
+            ti = session.scalars(select(TI).where(TI.dag_id == dag_id, TI.task_id == task_id,
+                                                  TI.state == TaskInstanceState.AWAITING_INPUT)
+                                 .options(joinedload(TI.hitl_detail))).first()
+            if ti is not None:
+                session.expunge(ti)
+                return ti
+        time.sleep(0.5)
+    raise AssertionError(f"{dag_id}.{task_id} never waited for input")
+
+
+def respond(dag_id: str, option: str, reason: str, user: str, seen: dict) -> None:
+    """What Airflow's `PATCH .../hitlDetails` does for `user`: record the response, resume the task."""
+    from airflow.models.hitl import HITLDetail
+    from airflow.models.taskinstance import TaskInstance as TI
+    from airflow.models.trigger import handle_event_submit
+    from airflow.sdk import timezone
+    from airflow.triggers.base import TriggerEvent
+    from airflow.utils.session import create_session
+
+    waiting = parked(dag_id, "approve")
+    seen["subject"], seen["body"] = waiting.hitl_detail.subject, waiting.hitl_detail.body
+    with create_session() as session:
+        ti = session.get(TI, waiting.id)
+        detail = session.get(HITLDetail, waiting.id)
+        detail.responded_by = {"id": user, "name": user}
+        detail.responded_at = timezone.utcnow()
+        detail.chosen_options = [option]
+        detail.params_input = {"reason": reason}
+        session.add(detail)
+        handle_event_submit(TriggerEvent(detail.as_resume_event_payload()), task_instance=ti,
+                            session=session)
+
+
+def time_out(dag_id: str, seen: dict) -> None:
+    """The response deadline passes with no answer: the scheduler's own sweep resolves the task."""
+    from airflow.jobs.job import Job
+    from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
+    from airflow.models.taskinstance import TaskInstance as TI
+    from airflow.sdk import timezone
+    from airflow.utils.session import create_session
+
+    waiting = parked(dag_id, "approve")
+    seen["body"] = waiting.hitl_detail.body
+    with create_session() as session:
+        ti = session.get(TI, waiting.id)
+        assert ti.trigger_timeout is not None, "the approval waits without a deadline"
+        ti.trigger_timeout = timezone.utcnow() - dt.timedelta(seconds=1)
+    SchedulerJobRunner(job=Job()).check_awaiting_input_timeouts()
+
+
+def run_answered(dag_id: str, answer: Any, **conf: Any) -> tuple[Any, dict]:
+    """`DAG.test()` of `dag_id` while `answer(dag_id, seen)` answers its approval from a thread."""
+    # Everything imported and every mapper configured here first: a thread importing Airflow's
+    # models while `DAG.test()` does deadlocks on the import and SQLAlchemy's configure locks.
+    import airflow.jobs.scheduler_job_runner
+    import airflow.models.hitl
+    import airflow.models.trigger  # noqa: F401
+    from sqlalchemy.orm import configure_mappers
+    from weir_airflow.dag_factory import pipeline_dags
+
+    dag = pipeline_dags(P)[dag_id]
+    configure_mappers()
+    seen: dict = {}
+    errors: list[BaseException] = []
+
+    def answering() -> None:
+        try:
+            answer(dag_id, seen)
+        except BaseException as err:  # reported by the test, not lost in the thread
+            errors.append(err)
+            unblock(dag_id)
+
+    helper = threading.Thread(target=answering, daemon=True)
+    helper.start()
+    run = dag.test(run_conf=conf)
+    helper.join(timeout=30)
+    assert not errors, errors
+    return run, seen
+
+
+def unblock(dag_id: str) -> None:
+    """Fail whatever still waits for input, so that a failed answer ends `DAG.test()`."""
+    from airflow.models.taskinstance import TaskInstance as TI
+    from airflow.utils.session import create_session
+    from airflow.utils.state import TaskInstanceState
+    from sqlalchemy import update
+
+    with create_session() as session:
+        session.execute(update(TI).where(TI.dag_id == dag_id, TI.state == TaskInstanceState.AWAITING_INPUT)
+                        .values(state=TaskInstanceState.FAILED))
+
+
+def task_states(run: Any) -> dict[str, str]:
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return {ti.task_id: str(ti.state) for ti in run.get_task_instances(session=session)}
+
+
+def events(home: WeirHome, action: str) -> list[dict[str, Any]]:
+    return [e for e in eventlog.read(home, P) if e["action"] == action and e["outcome"] != "dry run"]
+
+
+def test_a_rejected_or_timed_out_reset_changes_nothing_and_is_logged(home) -> None:
+    weir, _ = home
+    before = snapshot(weir)
+
+    def reject(dag_id: str, seen: dict) -> None:
+        respond(dag_id, "Reject", "not during peak", "bob", seen)
+
+    run, seen = run_answered(f"{P}_checkpoint", reject, action="reset", reset_from="earliest",
+                             reason="INC-21")
+    states = task_states(run)
+    assert states["plan"] == "success" and states["approve"] == "success", states
+    assert states["checkpoint"] == "skipped", states
+    assert "reset" in seen["subject"] and '"reset_from": "earliest"' in seen["body"], seen
+    assert snapshot(weir) == before
+    [rejected] = events(weir, "checkpoint reset")
+    assert (rejected["outcome"], rejected["actor"], rejected["reason"]) == ("rejected", "bob",
+                                                                            "not during peak")
+
+    run, seen = run_answered(f"{P}_checkpoint", time_out, action="reset", reset_from="earliest",
+                             reason="INC-22")
+    states = task_states(run)
+    assert states["approve"] == "failed" and states["checkpoint"] == "upstream_failed", states
+    assert snapshot(weir) == before
+    assert [e["outcome"] for e in events(weir, "checkpoint reset")] == ["rejected", "timed out"]
+
+
+def test_an_approved_refresh_runs_once_with_the_approver_in_the_event_log(home, spark) -> None:
+    weir, event_ids = home
+    tables = PipelineTables.of(weir, catalog.load(P))
+    silver_version = backups.table_versions(weir, catalog.load(P))["silver"]
+
+    run, seen = run_answered(f"{P}_refresh", lambda d, s: respond(d, "Approve", "schema v2", "alice", s),
+                             origin="bronze", reason="INC-23 new measure")
+    assert run.state == "success", task_states(run)
+    assert '"origin": "bronze"' in seen["body"] and "silver" in seen["body"], seen
+    assert_exactly_once(table(spark, tables.silver), ["event_id"], event_ids, "silver")
+    assert backups.table_versions(weir, catalog.load(P))["silver"] > silver_version
+    [done] = events(weir, "refresh")
+    assert (done["outcome"], done["actor"], done["reason"]) == ("ok", "dag_test", "INC-23 new measure")
+    approval = done["details"]["approval"]
+    assert (approval["decision"], approval["by"], approval["reason"]) == ("Approve", "alice", "schema v2")
