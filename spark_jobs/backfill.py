@@ -113,7 +113,7 @@ def _backfill(spark: SparkSession, pipeline: Pipeline, date_from: dt.date, date_
     version = latest_version(spark, tables.bronze)
     lines = bronze_lines(spark, tables.bronze, version, date_from, date_to)
     # the stream's own parse and row rules, so both keep and refuse the same rows
-    parsed = row_rules.with_rules(transforms.parse(lines, pipeline), row_rules.of(pipeline.name)).persist()
+    parsed = row_rules.with_rules(transforms.parse(lines, pipeline), pipeline.row_rules).persist()
     try:
         derived = transforms.silver(parsed, read_dimension(spark, tables), pipeline)
         lineage = parsed.select("_source", "_position")
@@ -221,7 +221,7 @@ def rebuild_from_bronze(spark: SparkSession, pipeline: Pipeline, home: WeirHome)
     tables = ensure_tables(spark, home, pipeline)
     version = latest_version(spark, tables.bronze)
     lines = spark.read.format("delta").option("versionAsOf", version).load(str(tables.bronze))
-    parsed = row_rules.with_rules(transforms.parse(lines, pipeline), row_rules.of(pipeline.name)).persist()
+    parsed = row_rules.with_rules(transforms.parse(lines, pipeline), pipeline.row_rules).persist()
     try:
         derived = transforms.silver(parsed, read_dimension(spark, tables), pipeline)
         for frame, path, partition in ((derived, tables.silver, "event_date"),

@@ -35,9 +35,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-    from spark_jobs.catalog import Pipeline
+    from spark_jobs.catalog import Pipeline, RowRule
     from spark_jobs.control.heartbeat import DriverMonitor
-    from spark_jobs.quality.suites import RowRule
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -81,7 +80,7 @@ class IngestBatch:
     def __init__(self, pipeline: Pipeline, tables: PipelineTables) -> None:
         self.pipeline = pipeline
         self.tables = tables
-        self.rules = row_rules.of(pipeline.name)
+        self.rules = pipeline.row_rules
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         fence(self.pipeline.name)

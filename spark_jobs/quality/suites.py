@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from spark_jobs import catalog
-from spark_jobs.catalog import RowRule as RowRule  # re-exported: `stream` still names it from here
 
 Severity = Literal["warn", "fail"]
 Layer = Literal["silver", "gold"]
