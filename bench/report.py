@@ -159,6 +159,13 @@ def _fmt(value: Any, unit: str = "") -> str:
     return f"{value}{unit}"
 
 
+def _per_query(split: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """A run's time split by query: the platform's is {query: split}, the bare job's one split."""
+    if all(isinstance(v, dict) for v in split.values()):
+        return split
+    return {"bare": split}
+
+
 def markdown_summary(doc: Document) -> str:
     s = doc["summary"]
     lines: list[str] = []
@@ -208,10 +215,9 @@ def markdown_summary(doc: Document) -> str:
         lines += [f"| {label} | {layer} | {c['count']} | {c['distinct']} | {c['expected']} | "
                   f"{_fmt(c['exactly_once'])} |" for label, layer, c in checks]
     splits = [(label, query, split) for label, r in doc["results"].items() if isinstance(r, dict)
-              and label.startswith("platform") for query, split in (r.get("time_split_ms") or {}).items()
-              if isinstance(split, dict) and split]
+              for query, split in _per_query(r.get("time_split_ms") or {}).items() if split]
     if splits:
-        lines += ["", "## Where the platform's batch time goes (Spark's durationMs, summed, seconds)", "",
+        lines += ["", "## Where the batch time goes (Spark's durationMs summed over batches, seconds)", "",
                   "| run | query | triggerExecution | addBatch | latestOffset | queryPlanning | walCommit "
                   "| commitOffsets |", "|---|---|---|---|---|---|---|---|"]
         keys = ("triggerExecution", "addBatch", "latestOffset", "queryPlanning", "walCommit", "commitOffsets")

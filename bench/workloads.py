@@ -514,6 +514,8 @@ def driver_progress(home: WeirHome, query: str) -> list[Batch]:
 
     from spark_jobs.control.progress import table_path
 
+    if not (table_path(home) / "_delta_log").is_dir():
+        return []
     rows = DeltaTable(str(table_path(home))).to_pyarrow_table().to_pylist()
     name = query_name(playback(), query)
     return sorted((Batch(r["progress_at"].timestamp(),
@@ -571,6 +573,11 @@ def platform_steady_once(spec: Spec, data: Dataset, name: str) -> Result:
         wait_until("silver holds every valid event", lambda: rows_committed(silver) >= data.valid_events,
                    spec.timeout_s, lambda: driver.poll() is None)
         feeder.join()
+        # A progress event still in flight when the driver stops is lost: wait for the last one.
+        last_commit = delta_log.commits(silver)[-1].visible_at
+        wait_until("the driver's progress shows the batch of silver's last commit",
+                   lambda: any(b.ended >= last_commit - 0.5 for b in driver_progress(home, "ingest")),
+                   120, lambda: driver.poll() is None)
         driver.send_signal(signal.SIGTERM)
         driver.wait(timeout=120)
     finally:

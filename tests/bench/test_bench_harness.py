@@ -32,7 +32,8 @@ def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path)
     doc = document({
         "ceiling": {"workload": "ceiling", "lines": 1000, "events_per_s": 1000.0},
         "bare": {"workload": "bare", "lines": 1000, "events_per_s": 500.0,
-                 "timeline": [[1.0, 500], [2.0, 1000]]},
+                 "timeline": [[1.0, 500], [2.0, 1000]],
+                 "time_split_ms": {"triggerExecution": 2000, "addBatch": 1500}},
         "platform": {"workload": "platform", "lines": 1000, "events_per_s": 260.0,
                      "gold_events_per_s": 150.0, "timeline": [[1.5, 500], [2.5, 1000]],
                      "silver": {"count": 900, "distinct": 900, "expected": 900, "exactly_once": True},
@@ -78,6 +79,7 @@ def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path)
     assert "| platform | silver | 900 | 900 | 900 | yes |" in text
     assert "| platform_x4 | 700 | 900 |" in text
     assert "| platform | ingest | 3.00 | 2.50 |" in text
+    assert "| bare | bare | 2.00 | 1.50 |" in text
 
 
 @pytest.mark.parametrize(("before", "after", "loaded"), [
