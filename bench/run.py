@@ -66,7 +66,7 @@ class Profile:
 # file every 5 s (10k lines/s, above the platform's backlog rate of issue 11, below the bare job's).
 VOLUME = Profile(base=Size(files=20, sessions_per_file=4650), scale=Size(files=80, sessions_per_file=4650),
                  steady_interval_s=5.0, ceiling_repeats=3, run_timeout_s=1800, budget_s=3600)
-QUICK = Profile(base=Size(files=2, sessions_per_file=6), scale=Size(files=4, sessions_per_file=6),
+QUICK = Profile(base=Size(files=2, sessions_per_file=6), scale=Size(files=8, sessions_per_file=6),
                 steady_interval_s=1.0, ceiling_repeats=1, run_timeout_s=300, budget_s=1200)
 
 
