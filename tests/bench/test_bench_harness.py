@@ -4,6 +4,7 @@ memory of a process tree, a tiny real run end to end, and the report's arithmeti
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench import report
+from bench.datasets import Size, make
 from bench.process_tree import PeakMemory
 from spark_jobs.home import REPO_ROOT
 
@@ -183,3 +185,19 @@ def test_kafka_throughput_quick_through_the_harness_contract(tmp_path: Path) -> 
     assert not (tmp_path / "kafka-bench").exists(), "the broker's data and the homes are removed"
     brokers = subprocess.run(["pgrep", "-f", f"kafka.Kafka {tmp_path}"], capture_output=True, text=True)
     assert not brokers.stdout.strip(), f"a broker of this run is still up: {brokers.stdout}"
+
+
+@pytest.mark.slow
+def test_platform_run_is_weir_run_once_with_its_output_checked(tmp_path: Path) -> None:
+    """`python -m bench.worker platform`: `weir run playback --once` in its own driver on a few
+    hundred lines; silver and gold rates from its progress, silver and bronze exactly once."""
+    data = make(tmp_path / "data", "x1", Size(files=2, sessions_per_file=6), seed=11)
+    _, result = worker("platform", {"workload": "platform", "label": "platform",
+                                    "dataset": dataclasses.asdict(data), "workdir": str(tmp_path / "homes")})
+    assert "error" not in result, result
+    assert result["silver"] == {"count": data.valid_events, "distinct": data.valid_events,
+                                "expected": data.valid_events, "exactly_once": True}
+    assert result["bronze"]["count"] == result["bronze"]["expected"] == data.lines
+    assert 0 < result["gold_events_per_s"] <= result["events_per_s"]
+    assert result["batches"] >= 1 and result["time_split_ms"]["ingest"]["addBatch"] > 0
+    assert (tmp_path / "driver-platform-0.log").is_file(), "the driver's log is kept beside the worker's"
