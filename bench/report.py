@@ -159,11 +159,12 @@ def _fmt(value: Any, unit: str = "") -> str:
     return f"{value}{unit}"
 
 
-def _per_query(split: dict[str, Any]) -> dict[str, dict[str, int]]:
-    """A run's time split by query: the platform's is {query: split}, the bare job's one split."""
+def _per_query(label: str, split: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """A run's time split by query: {query: split} already, or one query's (the bare job's, or
+    the platform's ingest query under steady arrival)."""
     if all(isinstance(v, dict) for v in split.values()):
         return split
-    return {"bare": split}
+    return {"ingest" if label.startswith("platform") else "bare": split}
 
 
 def markdown_summary(doc: Document) -> str:
@@ -215,7 +216,7 @@ def markdown_summary(doc: Document) -> str:
         lines += [f"| {label} | {layer} | {c['count']} | {c['distinct']} | {c['expected']} | "
                   f"{_fmt(c['exactly_once'])} |" for label, layer, c in checks]
     splits = [(label, query, split) for label, r in doc["results"].items() if isinstance(r, dict)
-              for query, split in _per_query(r.get("time_split_ms") or {}).items() if split]
+              for query, split in _per_query(label, r.get("time_split_ms") or {}).items() if split]
     if splits:
         lines += ["", "## Where the batch time goes (Spark's durationMs summed over batches, seconds)", "",
                   "| run | query | triggerExecution | addBatch | latestOffset | queryPlanning | walCommit "
