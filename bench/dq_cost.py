@@ -8,7 +8,7 @@ the ratio `dq_s / stream_s` is printed and must stay below 1.
 
     .venv/bin/python -m bench.dq_cost [--quick] [--workdir DIR]
 
-`measure(quick=, workdir=)` is the entry point of the benchmark harness (`bench/contributed.py`).
+`measure(quick=, workdir=)` is the entry point of the benchmark harness (`python -m bench.worker dq`).
 The first `run_dq` of a process is the one counted (it pays for creating the GE context, as an
 Airflow task does); a second, warm run is reported beside it.
 """

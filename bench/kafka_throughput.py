@@ -19,7 +19,7 @@ start-up excluded; over a source's runs, all their lines / all their spans), `wa
 includes the start-up. Each source's layers are checked
 against the input: bronze holds every line once, silver every valid event once (count ==
 distinct == expected). `measure(quick=, workdir=)` is the entry point of the benchmark harness
-(`bench/contributed.py`): its `events_per_s` is Kafka → silver; the landing folder's rate and the
+(`python -m bench.worker kafka`): its `events_per_s` is Kafka → silver; the landing folder's rate and the
 ratio Kafka / files sit beside it.
 """
 
@@ -63,8 +63,8 @@ class Plan:
     files_per_trigger: int
 
 
-# The suite's 1x input (bench.run FULL.base): the landing-folder rate here reads like its
-# platform_silver; the harness allows a contributed module 300 s.
+# A few thousand lines in equal batches: the per-batch cost of each source, side by side (not
+# production volume: publishing 1M records and two more ingests would double `make bench`).
 FULL = Plan(size=datasets.Size(files=8, sessions_per_file=40),
             warmup=datasets.Size(files=2, sessions_per_file=10), files_per_trigger=2)
 QUICK = Plan(size=datasets.Size(files=2, sessions_per_file=6), warmup=None, files_per_trigger=2)
@@ -138,7 +138,7 @@ def ingest(spark: SparkSession, pipeline: Pipeline, home: WeirHome, dataset: dat
     check its layers against the dataset."""
     from pyspark.sql import functions as F
 
-    from bench.workloads import progress_span
+    from bench.workloads import batches_of, span_of
     from spark_jobs.layers import ensure_tables
     from spark_jobs.stream import start_query
 
@@ -153,7 +153,7 @@ def ingest(spark: SparkSession, pipeline: Pipeline, home: WeirHome, dataset: dat
     seconds = time.monotonic() - started
     if query.exception() is not None:
         raise RuntimeError(f"{pipeline.name} ingest failed: {query.exception()}")
-    span = progress_span(query)
+    span = span_of(batches_of(query.recentProgress), dataset.lines)
     read = spark.read.format("delta")
     bronze = read.load(str(tables.bronze)).count()
     silver = read.load(str(tables.silver))
@@ -187,7 +187,8 @@ def combined(runs: list[dict[str, Any]], lines: int) -> dict[str, Any]:
 def measure(*, quick: bool = False, workdir: Path) -> dict[str, Any]:
     """Kafka → silver and landing folder → silver on the same data in one Spark session; the
     Kafka rate is `events_per_s`, the landing folder's and their ratio beside it."""
-    from bench.workloads import SESSION_CONF, playback
+    from bench.workloads import playback, session_conf
+    from spark_jobs.catalog import FileSource
     from spark_jobs.session import build_session
 
     plan = QUICK if quick else FULL
@@ -199,7 +200,8 @@ def measure(*, quick: bool = False, workdir: Path) -> dict[str, Any]:
     # As many lines per Kafka batch as the landing folder's batches hold, plus one per partition:
     # Spark splits the limit across partitions rounding down, which would add a tail batch.
     lines_per_batch = math.ceil(data.lines / math.ceil(data.files / plan.files_per_trigger)) + PARTITIONS
-    files_pipeline = playback(plan.files_per_trigger)
+    files_pipeline = dataclasses.replace(
+        playback(), source=FileSource(max_files_per_trigger=plan.files_per_trigger))
     order = [FILES, KAFKA] if quick else [FILES, KAFKA, KAFKA, FILES]
     broker = Broker(root / "broker")
     spark = None
@@ -207,8 +209,7 @@ def measure(*, quick: bool = False, workdir: Path) -> dict[str, Any]:
         bootstrap = broker.start()
         produced = publish(bootstrap, TOPIC, data)
         kafka_p = kafka_pipeline(bootstrap, TOPIC, lines_per_batch)
-        spark = build_session("weir-bench-kafka", master=MASTER, conf={
-            **SESSION_CONF, "spark.sql.shuffle.partitions": str(files_pipeline.shuffle_partitions)})
+        spark = build_session("weir-bench-kafka", master=MASTER, conf=session_conf())
         if warm is not None:
             publish(bootstrap, f"{TOPIC}-warmup", warm)
             warm_kafka = kafka_pipeline(bootstrap, f"{TOPIC}-warmup", lines_per_batch)

@@ -2,7 +2,7 @@
 the first committed micro-batch of its successor — through the real Airflow supervisor, driven
 inline (no `make up` needed):
 
-    python -m bench.contributed recovery WORKDIR OUT [--quick]     # as `make bench` runs it
+    python -m bench.worker recovery '{"workdir": "DIR"}'    # as `make bench` runs it
     .venv/bin/python bench/recovery.py [--kills 3] [--workdir DIR] [--json]
 
 `StreamSupervisorOperator` executes and defers with `DriverWatchTrigger`; the trigger runs as the

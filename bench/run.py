@@ -1,14 +1,16 @@
-"""`python -m bench.run` (`make bench`): the benchmark suite, every baseline side by side in one
-invocation on the same input, written to `bench/results/<date>.json`, `<date>.md` and PNG plots.
+"""`python -m bench.run` (`make bench`): Weir at production volume next to Spark's ceiling and a
+hand-written job, side by side in one invocation on the same files, written to
+`bench/results/<date>.json`, `<date>.md` and PNG plots.
 
-    python -m bench.run                 # the full suite (about 15 minutes on 2 idle cores)
-    python -m bench.run --quick         # tiny data, one JVM: the smoke run `make test` uses
-    python -m bench.run --only bare --only platform_silver
+    python -m bench.run                 # ~1M lines: backlog, steady arrival, 4M scale point
+    python -m bench.run --no-scale      # without the 4M scale point (about half the time)
+    python -m bench.run --quick         # tiny data: the smoke run `make test` uses
+    python -m bench.run --only ceiling --only bare --only platform
 
-Each Spark measurement runs in a fresh worker process (`bench.workloads`) so that JVM state never
-leaks between baselines; `--quick` runs them all in one worker to save JVM start-ups. Ratios are
-always taken against baselines measured in the same run. A measurement that cannot run (missing
-module, failure, time budget spent) is recorded as "not measured: <why>", never as a number.
+Every measured run is one process, `python -m bench.worker WORKLOAD ARGS_JSON`, printing one JSON
+result line; the harness samples the peak memory of its whole process tree. Ratios are only taken
+between runs of the same invocation. A run that cannot run (failure, time limit, budget spent) is
+recorded as "not measured: <why>", never as a number.
 """
 
 from __future__ import annotations
@@ -29,60 +31,43 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import contributed, report
+from bench import report
 from bench.datasets import Dataset, Size, make
+from bench.process_tree import PeakMemory
 from bench.workloads import Spec
 from spark_jobs.home import REPO_ROOT
 
 log = logging.getLogger("bench.run")
 RESULTS = REPO_ROOT / "bench" / "results"
-# In the order they run: what the goals need first, so that a run cut short by its time budget
-# (or a loaded machine) still has the baselines and the headline ratios.
-NAMES = ("ceiling", "bare", "platform_silver", "latency", "platform_gold", "backfill", "recovery",
-         "dq", "dag_parse", "scaling", "profile", "kafka")
-# --only X also runs what X's ratios are taken against (the latency rate is half of the
-# platform's sustained rate measured in the same run).
-NEEDS = {"latency": ("platform_silver",)}
-SMALL_IN_SUITE = ("dq",)
-# Contributed measurements that need longer than the profile's limit (kafka: two sources, each
-# run twice, plus its own broker), still within what is left of the run's budget.
-# A full recovery run (3 kills, backoff 2+4+8 s, a JVM start each) takes ~6 minutes on 2 cores.
-CONTRIBUTED_TIMEOUT_S = {"kafka": 420.0, "recovery": 480.0}
+# In the order they run: the baselines and the headline ratios first, so that a run cut short by
+# its budget still has them. `steady` is bare_steady + platform_steady; `scale` is ceiling, bare and
+# platform on the 4x input.
+DEFAULT = ("ceiling", "bare", "platform", "steady", "scale")
+EXTRA = ("ceiling_transforms", "latency", "backfill", "profile", "kafka", "recovery", "dq", "dag_parse")
+NAMES = DEFAULT + EXTRA
+# Measurements that set themselves up (broker, Airflow, their own data): `python -m bench.worker
+# NAME '{"workdir": ..., "quick": ...}'`, each with its own time limit.
+SELF_CONTAINED_TIMEOUT_S = {"kafka": 600.0, "recovery": 600.0, "dq": 600.0}
 
 
 @dataclass(frozen=True)
 class Profile:
     """Sizes and limits of a suite run."""
 
-    base: Size                       # the 1x input
-    warmup: Size
-    multipliers: tuple[int, ...]     # input growth for the scaling plot
-    files_per_trigger: int
-    repeats_cheap: int               # batch ceilings
-    repeats_stream: int              # streaming runs
-    latency_duration_s: float
-    latency_settle_s: float
-    scale_cores: bool                # also run local[1]
-    worker_timeout_s: float
-    contributed_timeout_s: float
-    budget_s: float
-    one_worker: bool
+    base: Size                   # backlog and steady arrival
+    scale: Size                  # the scale point: 4x the base, as more files of the same size
+    steady_interval_s: float     # steady arrival: one base file every this many seconds
+    ceiling_repeats: int
+    run_timeout_s: float         # per measured run
+    budget_s: float              # the whole invocation
 
 
-FULL = Profile(base=Size(files=8, sessions_per_file=40), warmup=Size(files=2, sessions_per_file=10),
-               multipliers=(1, 4, 16), files_per_trigger=2, repeats_cheap=3, repeats_stream=1,
-               latency_duration_s=45, latency_settle_s=10, scale_cores=True, worker_timeout_s=420,
-               contributed_timeout_s=300, budget_s=1080, one_worker=False)
-# Production volume: ~1M lines (20 files of ~12 MB) as one backlog; the platform's batches are
-# bounded by bytes (the catalog default, 64 MB), the bare job reads as Spark's text source does.
-VOLUME = Profile(base=Size(files=20, sessions_per_file=4650), warmup=Size(files=2, sessions_per_file=10),
-                 multipliers=(1,), files_per_trigger=0, repeats_cheap=1, repeats_stream=1,
-                 latency_duration_s=45, latency_settle_s=10, scale_cores=False, worker_timeout_s=1500,
-                 contributed_timeout_s=600, budget_s=3600, one_worker=False)
-QUICK = Profile(base=Size(files=2, sessions_per_file=6), warmup=Size(files=1, sessions_per_file=2),
-                multipliers=(1, 2), files_per_trigger=1, repeats_cheap=1, repeats_stream=1,
-                latency_duration_s=3, latency_settle_s=1, scale_cores=False, worker_timeout_s=240,
-                contributed_timeout_s=60, budget_s=240, one_worker=True)
+# ~1M lines (20 files of ~12 MB, 245 MB) and ~4M lines (80 such files). Steady arrival: a 50k-line
+# file every 5 s (10k lines/s, above the platform's backlog rate of issue 11, below the bare job's).
+VOLUME = Profile(base=Size(files=20, sessions_per_file=4650), scale=Size(files=80, sessions_per_file=4650),
+                 steady_interval_s=5.0, ceiling_repeats=3, run_timeout_s=1800, budget_s=3600)
+QUICK = Profile(base=Size(files=2, sessions_per_file=6), scale=Size(files=8, sessions_per_file=6),
+                steady_interval_s=1.0, ceiling_repeats=1, run_timeout_s=300, budget_s=1200)
 
 
 @dataclass
@@ -101,54 +86,59 @@ class Suite:
     def remaining_s(self) -> float:
         return self.profile.budget_s - (time.monotonic() - self.started)
 
-    def dataset(self, multiplier: int) -> Dataset:
-        name = f"x{multiplier}"
+    def dataset(self, name: str) -> Dataset:
+        """`x1` (the base input) or `x4` (the scale point), generated once per invocation."""
         if name not in self.datasets:
-            base = self.profile.base
-            # Growth by file size: the same files and batches, each `multiplier` times larger.
-            self.datasets[name] = make(self.workdir / "data", name,
-                                       Size(base.files, base.sessions_per_file * multiplier), seed=11)
+            size = self.profile.base if name == "x1" else self.profile.scale
+            self.datasets[name] = make(self.workdir / "data", name, size, seed=11 if name == "x1" else 13)
         return self.datasets[name]
 
     def sample_load(self, before: str) -> None:
-        """Record the load average just before a worker starts, when none of the run's own
-        processes is running (for reference: the 1-minute average still carries a decaying share
-        of the previous worker)."""
+        """The load average just before a run starts (it still carries a decaying share of the
+        previous run: for reference only)."""
         self.load_samples.append({"before": before, "at_s": round(time.monotonic() - self.started, 1),
                                   "load_average": [round(x, 2) for x in os.getloadavg()]})
 
-    def warmup(self) -> Dataset:
-        if "warmup" not in self.datasets:
-            self.datasets["warmup"] = make(self.workdir / "data", "warmup", self.profile.warmup, seed=3)
-        return self.datasets["warmup"]
-
-    def spec(self, workload: str, label: str, *, multiplier: int = 1, repeats: int = 1,
-             **params: Any) -> Spec:
-        return Spec(workload=workload, label=label, dataset=self.dataset(multiplier),
-                    workdir=str(self.workdir / "homes"),
-                    warmup=None if self.quick else self.warmup(), repeats=repeats,
-                    files_per_trigger=self.profile.files_per_trigger, params=params)
+    def spec(self, workload: str, label: str, dataset: str = "x1", **params: Any) -> dict[str, Any]:
+        """The worker arguments of a `bench.workloads` run."""
+        spec = Spec(workload=workload, label=label, dataset=self.dataset(dataset),
+                    workdir=str(self.workdir / "homes"), timeout_s=self.profile.run_timeout_s,
+                    repeats=self.profile.ceiling_repeats if workload.startswith("ceiling") else 1,
+                    params=params)
+        return json.loads(spec.to_json())
 
 
-def run_worker(suite: Suite, master: str, specs: list[Spec]) -> list[dict[str, Any]]:
-    """Run `specs` in one fresh worker process; a result (or the reason there is none) per spec."""
-    labels = ", ".join(s.label for s in specs)
-    timeout = min(suite.profile.worker_timeout_s * len(specs), max(suite.remaining_s(), 0.0))
+def last_json_line(path: Path) -> dict[str, Any] | None:
+    """The worker's result: the last line of its stdout that is a JSON object."""
+    for line in reversed(path.read_text(errors="replace").splitlines() if path.is_file() else []):
+        if line.startswith("{"):
+            try:
+                return dict(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return None
+
+
+def run_worker(suite: Suite, workload: str, args: dict[str, Any], limit_s: float | None = None) -> None:
+    """One measured run in a fresh `bench.worker` process, its tree's peak memory sampled; its
+    result (or why there is none) lands in `suite.results[label]`."""
+    label = str(args["label"])
+    timeout = min(limit_s or suite.profile.run_timeout_s, suite.remaining_s())
     if timeout < 30:
-        return [{"label": s.label, "not_measured": "time budget of the run spent"} for s in specs]
-    request = suite.workdir / f"request-{specs[0].label}.json"
-    out = suite.workdir / f"result-{specs[0].label}.json"
-    out.unlink(missing_ok=True)
-    request.write_text(json.dumps({"master": master, "specs": [s.to_dict() for s in specs]}))
-    log.info("worker (%s): %s", master, labels)
-    suite.sample_load(labels)
+        suite.results[label] = {"label": label, "not_measured": "time budget of the run spent"}
+        return
+    out, logfile = suite.workdir / f"worker-{label}.out", suite.workdir / f"worker-{label}.log"
+    log.info("run %s (%s)", label, workload)
+    suite.sample_load(label)
     started = time.monotonic()
-    logfile = suite.workdir / f"worker-{specs[0].label}.log"
     reason = ""
-    with logfile.open("w") as log_handle:
-        worker = subprocess.Popen([sys.executable, "-m", "bench.workloads", str(request), str(out)],
-                                  cwd=REPO_ROOT, stdout=log_handle, stderr=subprocess.STDOUT,
+    with out.open("wb") as stdout, logfile.open("wb") as stderr:
+        # Spark's Python workers must run this interpreter (pyarrow, the package), not `python3`.
+        env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+        worker = subprocess.Popen([sys.executable, "-m", "bench.worker", workload, json.dumps(args)],
+                                  cwd=REPO_ROOT, env=env, stdout=stdout, stderr=stderr,
                                   start_new_session=True)
+        memory = PeakMemory(worker.pid).start()
         try:
             code = worker.wait(timeout=timeout)
             if code != 0:
@@ -156,101 +146,51 @@ def run_worker(suite: Suite, master: str, specs: list[Spec]) -> list[dict[str, A
         except subprocess.TimeoutExpired:
             reason = f"did not finish within {timeout:.0f}s"
         finally:
-            if worker.poll() is None:       # timed out or interrupted: the worker and its JVM
+            if worker.poll() is None:       # timed out or interrupted: the worker and its JVMs
                 os.killpg(worker.pid, signal.SIGKILL)
                 worker.wait()
-    log.info("worker (%s) done in %.0fs%s", labels, time.monotonic() - started,
-             f": {reason}" if reason else "")
-    done = {r["label"]: r for r in json.loads(out.read_text())} if out.is_file() else {}
-    return [done.get(s.label) or {"label": s.label, "not_measured": reason or "no result"}
-            for s in specs]
+            peaks = memory.stop()
+    seconds = time.monotonic() - started
+    result = last_json_line(out) or {"label": label, "not_measured": reason or f"no result (log: {logfile})"}
+    if "error" in result:
+        result["not_measured"] = f"{result['error']} (log: {logfile})"
+    result.update(memory=peaks, process_s=round(seconds, 1))
+    log.info("run %s done in %.0fs%s", label, seconds, f": {result['not_measured']}"
+             if "not_measured" in result else "")
+    suite.results[label] = result
 
 
-def spark_specs(suite: Suite, name: str) -> list[tuple[str, list[Spec]]]:
-    """(master, specs of one worker) for the Spark measurement `name`."""
+def run_one(suite: Suite, name: str) -> None:
+    """The runs of the selected measurement `name`."""
     p = suite.profile
-    if name == "ceiling":
-        return [("local[2]", [suite.spec("ceiling", "ceiling", repeats=p.repeats_cheap),
-                              suite.spec("ceiling_transforms", "ceiling_transforms",
-                                         repeats=p.repeats_cheap)])]
-    if name in ("bare", "platform_silver"):
-        return [("local[2]", [suite.spec(name, name, repeats=p.repeats_stream)])]
-    if name in ("platform_gold", "backfill"):
-        return [("local[2]", [suite.spec(name, name)])]
-    if name == "scaling":
-        groups = []
-        for m in p.multipliers:
-            if m != 1:
-                groups += [("local[2]", [suite.spec("platform_silver", f"scale_platform_x{m}",
-                                                    multiplier=m)]),
-                           ("local[2]", [suite.spec("bare", f"scale_bare_x{m}", multiplier=m)])]
-        if p.scale_cores:
-            groups += [("local[1]", [suite.spec("platform_silver", "scale_platform_local1")]),
-                       ("local[1]", [suite.spec("bare", "scale_bare_local1")])]
-        return groups
-    if name == "profile":
-        return [("local[2]", [suite.spec("ingest_profile", "ingest_profile", multiplier=4)])]
-    if name == "latency":
-        silver = suite.results.get("platform_silver", {})
-        rate = silver.get("sustained_events_per_s") or silver.get("events_per_s")
+    interval = p.steady_interval_s
+    if name in ("ceiling", "bare", "platform", "ceiling_transforms", "backfill"):
+        run_worker(suite, name, suite.spec(name, name))
+    elif name == "steady":
+        for job in ("bare", "platform"):
+            run_worker(suite, f"{job}_steady", suite.spec(f"{job}_steady", f"{job}_steady",
+                                                          interval_s=interval))
+    elif name == "scale":
+        for job in ("ceiling", "bare", "platform"):
+            run_worker(suite, job, suite.spec(job, f"{job}_x4", dataset="x4"))
+    elif name == "profile":
+        run_worker(suite, "ingest_profile", suite.spec("ingest_profile", "ingest_profile"))
+    elif name == "latency":
+        rate = suite.results.get("platform", {}).get("events_per_s")
         if not rate:
-            return []
-        spec = suite.spec("latency", "latency", rate=round(rate / 2, 1), trigger="1 second",
-                          duration_s=p.latency_duration_s, settle_s=p.latency_settle_s)
-        return [("local[2]", [dataclasses.replace(spec, warmup=None)])]
-    return []
-
-
-def run_spark(suite: Suite, name: str) -> None:
-    if suite.remaining_s() < 30:
-        suite.results[name] = {"label": name, "not_measured": "time budget of the run spent"}
-        return
-    if name == "latency" and not spark_specs(suite, name):
-        suite.results["latency"] = {"label": "latency", "not_measured":
-                                    "no platform landing → silver rate measured in this run"}
-        return
-    for master, specs in spark_specs(suite, name):
-        for result in run_worker(suite, master, specs):
-            suite.results[result["label"]] = result
-
-
-def run_contributed(suite: Suite, name: str) -> None:
-    if name == "dag_parse":
-        suite.results["dag_parse"] = contributed.dag_parse_times(repeats=1 if suite.quick else 3)
-        return
-    reason = contributed.missing_reason(name)
-    if reason or suite.quick:
-        suite.results[name] = {"not_measured": reason or "--quick skips the contributed benchmarks"}
-        return
-    limit = max(suite.profile.contributed_timeout_s, CONTRIBUTED_TIMEOUT_S.get(name, 0.0))
-    timeout = min(limit, suite.remaining_s())
-    if timeout < 30:
-        suite.results[name] = {"not_measured": "time budget of the run spent"}
-        return
-    # The full DQ day (1M rows streamed first) takes longer than the whole suite's budget: the
-    # suite runs it at its quick size, and says so.
-    quick = name in SMALL_IN_SUITE
-    log.info("contributed benchmark %s%s", name, " (quick size)" if quick else "")
-    suite.sample_load(name)
-    result = contributed.run_contributed(name, suite.workdir / name, quick=quick, timeout_s=timeout)
-    suite.results[name] = {**result, "run_quick": quick}
-
-
-def run_all(suite: Suite) -> None:
-    """Every selected measurement in `NAMES` order; with `one_worker`, the Spark ones (but latency,
-    which needs the platform's rate) share a single worker."""
-    order = [n for n in NAMES if n in suite.selected]
-    if suite.profile.one_worker:
-        specs = [s for n in order if n != "latency" for _, group in spark_specs(suite, n) for s in group]
-        if specs:
-            for result in run_worker(suite, "local[2]", specs):
-                suite.results[result["label"]] = result
-        order = [n for n in order if n == "latency" or n in contributed.MODULES or n == "dag_parse"]
-    for name in order:
-        if name in contributed.MODULES or name == "dag_parse":
-            run_contributed(suite, name)
-        else:
-            run_spark(suite, name)
+            suite.results["latency"] = {"label": "latency", "not_measured":
+                                        "no platform landing → silver rate measured in this run"}
+            return
+        run_worker(suite, "latency", suite.spec(
+            "latency", "latency", rate=round(rate / 2, 1), trigger="1 second",
+            duration_s=3 if suite.quick else 45, settle_s=1 if suite.quick else 10))
+    elif name == "dag_parse":
+        run_worker(suite, "dag_parse", {"label": "dag_parse", "repeats": 1 if suite.quick else 3})
+    else:
+        # dq's full day (1M rows streamed first) takes longer than the suite's budget: quick size.
+        run_worker(suite, name, {"label": name, "workdir": str(suite.workdir / name),
+                                 "quick": suite.quick or name == "dq"},
+                   limit_s=SELF_CONTAINED_TIMEOUT_S[name])
 
 
 def environment() -> dict[str, Any]:
@@ -263,30 +203,30 @@ def environment() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="tiny data, one JVM (smoke run)")
-    parser.add_argument("--volume", action="store_true",
-                        help="production volume: ~1M lines as one backlog (use with --only)")
+    parser.add_argument("--quick", action="store_true", help="tiny data (smoke run, not a measurement)")
+    parser.add_argument("--no-scale", action="store_true", help="skip the 4M-line scale point")
     parser.add_argument("--only", action="append", choices=NAMES, metavar="NAME",
-                        help=f"run only these measurements (repeatable): {', '.join(NAMES)}")
+                        help=f"run only these (repeatable): {', '.join(NAMES)}; "
+                             f"default: {', '.join(DEFAULT)}")
+    parser.add_argument("--steady-interval-s", type=float, default=None,
+                        help="steady arrival: seconds between two input files (default 5, or 1 with --quick)")
     parser.add_argument("--out", type=Path, default=None,
                         help="results folder (default bench/results; bench/results/tmp/quick with --quick)")
     parser.add_argument("--budget-s", type=float, default=None,
-                        help="time budget of the measurements (default 1080, or 240 with --quick)")
-    parser.add_argument("--worker-timeout-s", type=float, default=None,
-                        help="time limit per Spark measurement (default 420, or 240 with --quick)")
+                        help="time budget of the whole run (default 3600, or 1200 with --quick)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the whole work folder (datasets and homes too, not only the logs)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     out = (args.out or (RESULTS / "tmp" / "quick" if args.quick else RESULTS)).absolute()
-    selected = list(args.only or NAMES)
-    for name in list(selected):
-        selected += [n for n in NEEDS.get(name, ()) if n not in selected]
-    profile = QUICK if args.quick else VOLUME if args.volume else FULL
+    selected = [n for n in NAMES if n in (args.only or DEFAULT) and not (args.no_scale and n == "scale")]
+    if "latency" in selected and "platform" not in selected:   # latency runs at half its rate
+        selected.insert(0, "platform")
+    profile = QUICK if args.quick else VOLUME
     if args.budget_s:
         profile = dataclasses.replace(profile, budget_s=args.budget_s)
-    if args.worker_timeout_s:
-        profile = dataclasses.replace(profile, worker_timeout_s=args.worker_timeout_s)
+    if args.steady_interval_s:
+        profile = dataclasses.replace(profile, steady_interval_s=args.steady_interval_s)
     workdir = out / "tmp" / f"run-{os.getpid()}"
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
@@ -295,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     started_at = dt.datetime.now(dt.UTC)
     env_before = environment()  # the machine's load before the run: what "loaded" is judged on
     try:
-        run_all(suite)
+        for name in suite.selected:
+            run_one(suite, name)
     finally:
         if not args.keep:
             shutil.rmtree(workdir / "homes", ignore_errors=True)
@@ -306,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(["python -m bench.run", *(argv if argv is not None else sys.argv[1:])]),
         "quick": args.quick,
         "profile": dataclasses.asdict(profile),
-        # `load_average` is sampled before the run; the one after it (and those between workers)
+        # `load_average` is sampled before the run; the one after it (and those between runs)
         # include the harness's own workers, so they are kept for reference only.
         "environment": {**env_before, "load_average_after": env_after["load_average"],
                         "load_average_between_workers": suite.load_samples},
@@ -317,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     document["summary"] = report.summarise(document)
     paths = report.write(document, out, stem=started_at.date().isoformat())
     if not args.keep:               # the worker logs stay (git ignores bench/results/tmp)
-        for bulky in ("data", "homes", *contributed.MODULES):
+        for bulky in ("data", "homes", "kafka", "recovery", "dq"):
             shutil.rmtree(workdir / bulky, ignore_errors=True)
     for path in paths:
         log.info("wrote %s", path)

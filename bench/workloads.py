@@ -1,26 +1,25 @@
-"""The Spark measurements, run inside a fresh worker process (`python -m bench.workloads SPEC OUT`),
-so JVM state never leaks from one baseline into the next.
+"""The measured runs. Each runs inside one worker process (`python -m bench.worker`), so JVM state
+never leaks from one run into the next; rates count input lines ("events"), bad and duplicate
+lines included: that is what every job has to read and parse.
 
-Each workload is first run on a small warm-up dataset in a throw-away WEIR_HOME (JIT, class
-loading, Delta log caches), then measured on the real dataset in a fresh WEIR_HOME, `repeats`
-times where that is cheap. Input rates count input lines ("events"), bad and duplicate lines
-included: that is what every baseline has to read and parse.
+- `ceiling`: batch read of the files + `from_json` with the playback schema, into `noop`;
+- `ceiling_transforms`: batch read + the platform's own parse and silver transforms, into `noop`;
+- `bare`: a hand-written Structured Streaming job, `readStream.text → from_json → Delta append`,
+  with the platform driver's session settings (`availableNow` over a backlog);
+- `bare_steady`: the same job on a processing-time trigger while the files arrive one by one;
+- `platform`: `weir run playback --once` (its own driver process, the catalog's settings) on a
+  backlog: landing → bronze/quarantine/silver, then gold; rates from its `stream_progress`;
+- `platform_steady`: `weir run playback` while the files arrive one by one, stopped (SIGTERM)
+  once silver holds every valid event;
+- `latency`, `backfill`, `ingest_profile`: the platform's ingest query and back-fill in-process.
 
-- `ceiling`: batch read of the same files + the same `from_json` parse, into the `noop` sink;
-- `ceiling_transforms`: batch read + the platform's own parse and silver transforms, into `noop`
-  (what the platform's transforms cost without any Delta write: separates CPU from I/O);
-- `bare`: a hand-written Structured Streaming job: text files → `from_json` → Delta append;
-- `platform_silver`: the platform's ingest query (landing → bronze + quarantine + silver);
-- `platform_gold`: the platform's `run(once=True)` (landing → ... → gold);
-- `latency`: the ingest query with a 1-second trigger while a writer feeds the landing folder at
-  a fixed rate; latency = commit of the silver version holding the row minus the rename of its file;
-- `backfill`: bronze of one day ingested (not timed), silver and gold emptied, then the timed
-  `backfill` of that day re-derives them (and a second, no-op run is timed too).
+Streaming rates are sustained: lines over the span from the first micro-batch's start to the
+end of the last one that wrote the target table (driver start-up excluded; its wall time is
+reported beside). Every streaming run checks its output: count == distinct == expected.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime as dt
 import itertools
@@ -28,9 +27,12 @@ import json
 import logging
 import os
 import random
-import resource
+import re
 import shutil
+import signal
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -40,8 +42,9 @@ from typing import TYPE_CHECKING, Any
 from bench import delta_log
 from bench.datasets import Dataset, link_into
 from spark_jobs import catalog
-from spark_jobs.catalog import FileSource, Pipeline
-from spark_jobs.home import WeirHome
+from spark_jobs.catalog import Pipeline
+from spark_jobs.home import REPO_ROOT, WeirHome
+from spark_jobs.topology import query_name
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -50,44 +53,44 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 PIPELINE = "playback"
-SESSION_CONF = {
-    "spark.ui.enabled": "false",
-    "spark.driver.memory": "2g",
-    "spark.sql.streaming.numRecentProgressUpdates": "1000",
-}
+MASTER = "local[2]"
 Result = dict[str, Any]
 
 
 @dataclasses.dataclass(frozen=True)
 class Spec:
-    """One measurement: which workload, on which data, where, and how often."""
+    """One measured run: which workload, on which data, where, how often, with what parameters
+    (the JSON argument of `python -m bench.worker`)."""
 
     workload: str
     label: str
     dataset: Dataset
     workdir: str
-    warmup: Dataset | None = None
     repeats: int = 1
-    files_per_trigger: int | None = None
+    timeout_s: float = 1800.0
     params: dict[str, Any] = dataclasses.field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Spec:
-        data = dict(data)
-        data["dataset"] = Dataset.from_dict(data["dataset"])
-        if data.get("warmup"):
-            data["warmup"] = Dataset.from_dict(data["warmup"])
-        return cls(**data)
+    def from_json(cls, text: str) -> Spec:
+        data = json.loads(text)
+        return cls(**{**data, "dataset": Dataset.from_dict(data["dataset"])})
 
 
-def playback(files_per_trigger: int | None, trigger: str | None = None) -> Pipeline:
-    """The catalog's playback entry with the benchmark's batching (and trigger) applied."""
+def playback(trigger: str | None = None) -> Pipeline:
+    """The catalog's playback entry as a deployed driver runs it (and a trigger, when given)."""
     p = catalog.load(PIPELINE)
-    p = dataclasses.replace(p, source=FileSource(max_files_per_trigger=files_per_trigger))
     return dataclasses.replace(p, trigger_interval=trigger) if trigger else p
+
+
+def session_conf() -> dict[str, str]:
+    """What `stream.run` adds to `build_session`'s settings: the in-process runs use exactly the
+    settings of a `weir run` driver, so the bare job and the platform differ only in their code."""
+    return {"spark.sql.shuffle.partitions": str(playback().shuffle_partitions),
+            # Only how many progress entries the query keeps for us to read: no effect on speed.
+            "spark.sql.streaming.numRecentProgressUpdates": "1000"}
 
 
 def fresh_home(spec: Spec, name: str) -> WeirHome:
@@ -106,19 +109,45 @@ def bare_schema(pipeline: Pipeline) -> StructType:
     return StructType([StructField(f.name, types[f.type]) for f in pipeline.fields])
 
 
-def progress_span(query: StreamingQuery) -> dict[str, Any]:
-    """Batches of a finished query: how many, and the span from the first batch's start to the
-    last batch's end (query start-up excluded: that is the sustained part)."""
-    batches = []
-    for p in query.recentProgress:
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """One micro-batch of a query as its progress reports it (wall-clock seconds)."""
+
+    started: float
+    ended: float
+    rows: int
+    durations_ms: dict[str, int]
+
+
+def batches_of(progress: list[dict[str, Any]]) -> list[Batch]:
+    """The batches with input of a query, from `StreamingQuery.recentProgress` entries."""
+    out = []
+    for p in progress:
         if int(p["numInputRows"]) == 0:
             continue
         started = dt.datetime.fromisoformat(str(p["timestamp"]).replace("Z", "+00:00")).timestamp()
-        batches.append((started, started + int(p["durationMs"].get("triggerExecution", 0)) / 1000.0))
+        durations = {k: int(v) for k, v in (p.get("durationMs") or {}).items()}
+        out.append(Batch(started, started + durations.get("triggerExecution", 0) / 1000.0,
+                         int(p["numInputRows"]), durations))
+    return out
+
+
+def span_of(batches: list[Batch], lines: int) -> Result:
+    """Sustained rate of a run: `lines` over the first batch's start → the last batch's end."""
     if not batches:
-        return {"batches": 0, "span_s": None}
-    return {"batches": len(batches), "span_s": max(b[1] for b in batches) - min(b[0] for b in batches),
-            "batch_s": [round(b[1] - b[0], 3) for b in batches]}
+        return {"batches": 0, "span_s": None, "events_per_s": None}
+    span = max(b.ended for b in batches) - min(b.started for b in batches)
+    return {"batches": len(batches), "span_s": round(span, 3), "events_per_s": lines / span,
+            "batch_s": [round(b.ended - b.started, 3) for b in batches]}
+
+
+def time_split(batches: list[Batch]) -> dict[str, int]:
+    """Where the batches' time went, summed over batches (Spark's durationMs keys)."""
+    out: dict[str, int] = {}
+    for b in batches:
+        for key, ms in b.durations_ms.items():
+            out[key] = out.get(key, 0) + ms
+    return out
 
 
 def timeline(table: Path, since: float) -> list[list[float]]:
@@ -131,18 +160,83 @@ def timeline(table: Path, since: float) -> list[list[float]]:
     return points
 
 
+def rows_committed(table: Path) -> int:
+    """Rows added to `table` over its commits (the bench's tables only ever append)."""
+    return sum(c.rows_added for c in delta_log.commits(table)) if (table / "_delta_log").is_dir() else 0
+
+
+def exactly_once(table: Path, key: str | None, expected: int) -> Result:
+    """count, distinct `key` and the expected count of `table`, read with delta-rs (no JVM)."""
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    if key is None:     # a count only: no column needs reading
+        count = distinct = DeltaTable(str(table)).to_pyarrow_dataset().count_rows()
+    else:
+        keys = DeltaTable(str(table)).to_pyarrow_table(columns=[key]).column(key)
+        count, distinct = len(keys), len(pc.unique(keys))
+    return {"count": count, "distinct": distinct, "expected": expected,
+            "exactly_once": count == distinct == expected}
+
+
 def run_stream(query: StreamingQuery) -> None:
     query.awaitTermination()
     if query.exception() is not None:
         raise RuntimeError(f"{query.name} failed: {query.exception()}")
 
 
-# --- the workloads: each (spark, spec, dataset, home_name) -> metrics of one run ---------------
+class FileFeeder(threading.Thread):
+    """Steady arrival: hard-links the dataset's files into a landing folder one by one, every
+    `interval_s` (a hard link appears complete at once, as a rename does), remembering when."""
+
+    def __init__(self, data: Dataset, landing: Path, interval_s: float) -> None:
+        super().__init__(name="file-feeder", daemon=True)
+        self.files = sorted(Path(data.path).iterdir())
+        self.landing, self.interval_s = landing, interval_s
+        self.arrived: list[float] = []
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        self.landing.mkdir(parents=True, exist_ok=True)
+        next_at = time.monotonic()
+        for source in self.files:
+            if self.stop_event.wait(max(0.0, next_at - time.monotonic())):
+                return
+            os.link(source, self.landing / source.name)
+            self.arrived.append(time.time())
+            next_at += self.interval_s
+
+
+def wait_until(what: str, done: Callable[[], bool], timeout_s: float, alive: Callable[[], bool]) -> None:
+    """Poll `done` every second until it holds; fail when `alive` stops holding or on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if not alive():
+            raise RuntimeError(f"the job ended before {what}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what}: not reached within {timeout_s:.0f}s")
+        time.sleep(1.0)
+
+
+def steady_result(feeder: FileFeeder, table: Path, lines: int, batches: list[Batch]) -> Result:
+    """Steady-arrival numbers: the feed rate, and how the job kept up with it (its commits)."""
+    commits = [c.visible_at for c in delta_log.commits(table) if c.rows_added]
+    first, last = feeder.arrived[0], feeder.arrived[-1]
+    feed_s = max(last - first, 1e-9)
+    return {"feed_events_per_s": lines / feed_s if len(feeder.arrived) > 1 else None,
+            "files": len(feeder.arrived), "interval_s": feeder.interval_s,
+            "events_per_s": lines / (commits[-1] - first),
+            "lag_after_last_file_s": round(commits[-1] - last, 3),
+            "batches": len(batches), "batch_s": [round(b.ended - b.started, 3) for b in batches],
+            "time_split_ms": time_split(batches), "timeline": timeline(table, first)}
+
+
+# --- in-process Spark runs: (spark, spec, data, home name) -> metrics of one run -------------------
 
 def ceiling_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
     from pyspark.sql import functions as F
 
-    schema = bare_schema(playback(None))
+    schema = bare_schema(playback())
     started = time.monotonic()
     (spark.read.text(data.path).select(F.from_json("value", schema).alias("e")).select("e.*")
      .write.format("noop").mode("overwrite").save())
@@ -156,7 +250,7 @@ def ceiling_transforms_once(spark: SparkSession, spec: Spec, data: Dataset, name
     from spark_jobs.layers import ensure_tables, read_dimension
     from spark_jobs.sources import bronze_columns
 
-    p = playback(None)
+    p = playback()
     home = fresh_home(spec, name)
     tables = ensure_tables(spark, home, p)
     dimension = read_dimension(spark, tables)
@@ -170,54 +264,50 @@ def ceiling_transforms_once(spark: SparkSession, spec: Spec, data: Dataset, name
     return {"seconds": time.monotonic() - started}
 
 
-def bare_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
+def bare_query(spark: SparkSession, landing: Path, root: Path, *, trigger: str | None) -> StreamingQuery:
+    """The hand-written job: text files → `from_json` → Delta append, `availableNow` over what is
+    there, or a processing-time `trigger`."""
     from pyspark.sql import functions as F
 
+    parsed = (spark.readStream.format("text").load(str(landing))
+              .select(F.from_json("value", bare_schema(playback())).alias("e")).select("e.*"))
+    writer = (parsed.writeStream.format("delta").outputMode("append")
+              .option("checkpointLocation", str(root / "checkpoint")).queryName("bare"))
+    writer = writer.trigger(processingTime=trigger) if trigger else writer.trigger(availableNow=True)
+    return writer.start(str(root / "events"))
+
+
+def bare_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
     home = fresh_home(spec, name)
-    landing, table = home.landing(PIPELINE), home.root / "bare" / "events"
+    landing, root = home.landing(PIPELINE), home.root / "bare"
     link_into(data, landing)
-    reader = spark.readStream.format("text")
-    if spec.files_per_trigger:
-        reader = reader.option("maxFilesPerTrigger", spec.files_per_trigger)
-    parsed = (reader.load(str(landing))
-              .select(F.from_json("value", bare_schema(playback(None))).alias("e")).select("e.*"))
-    started_wall = time.time()
-    started = time.monotonic()
-    query = (parsed.writeStream.format("delta").outputMode("append").trigger(availableNow=True)
-             .option("checkpointLocation", str(home.root / "bare" / "checkpoint"))
-             .queryName("bare").start(str(table)))
+    started_wall, started = time.time(), time.monotonic()
+    query = bare_query(spark, landing, root, trigger=None)
     run_stream(query)
-    return {"seconds": time.monotonic() - started, **progress_span(query),
-            "timeline": timeline(table, started_wall)}
+    batches = batches_of(query.recentProgress)
+    return {"seconds": time.monotonic() - started, "wall_events_per_s":
+            data.lines / (time.monotonic() - started), **span_of(batches, data.lines),
+            "time_split_ms": time_split(batches), "timeline": timeline(root / "events", started_wall),
+            "rows": exactly_once(root / "events", None, data.lines)}
 
 
-def platform_silver_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
-    from spark_jobs.layers import ensure_tables
-    from spark_jobs.stream import start_query
-
-    p = playback(spec.files_per_trigger)
+def bare_steady_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
+    """The bare job on the platform's trigger interval while the files arrive every `interval_s`."""
     home = fresh_home(spec, name)
-    tables = ensure_tables(spark, home, p)
-    link_into(data, home.landing(PIPELINE))
-    started_wall = time.time()
-    started = time.monotonic()
-    query = start_query(spark, p, home, tables, "ingest", once=True)
-    run_stream(query)
-    return {"seconds": time.monotonic() - started, **progress_span(query),
-            "timeline": timeline(tables.bronze, started_wall)}
-
-
-def platform_gold_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
-    from spark_jobs.layers import ensure_tables
-    from spark_jobs.stream import run
-
-    p = playback(spec.files_per_trigger)
-    home = fresh_home(spec, name)
-    ensure_tables(spark, home, p)
-    link_into(data, home.landing(PIPELINE))
-    started = time.monotonic()
-    run(p, once=True, home=home, spark=spark)
-    return {"seconds": time.monotonic() - started}
+    landing, root = home.landing(PIPELINE), home.root / "bare"
+    landing.mkdir(parents=True)
+    query = bare_query(spark, landing, root, trigger=playback().trigger_interval)
+    feeder = FileFeeder(data, landing, float(spec.params["interval_s"]))
+    try:
+        feeder.start()
+        wait_until("every line in the bare table", lambda: rows_committed(root / "events") >= data.lines,
+                   spec.timeout_s, lambda: query.isActive)
+        feeder.join()
+    finally:
+        feeder.stop_event.set()
+        query.stop()
+    return {**steady_result(feeder, root / "events", data.lines, batches_of(query.recentProgress)),
+            "rows": exactly_once(root / "events", None, data.lines)}
 
 
 def backfill_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
@@ -227,7 +317,7 @@ def backfill_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> 
     from spark_jobs.layers import ensure_tables
     from spark_jobs.stream import start_query
 
-    p = playback(None)
+    p = playback()
     home = fresh_home(spec, name)
     tables = ensure_tables(spark, home, p)
     link_into(data, home.landing(PIPELINE))
@@ -259,7 +349,7 @@ def ingest_profile_once(spark: SparkSession, spec: Spec, data: Dataset, name: st
     from spark_jobs.stream import BatchSummary, IngestBatch
     from spark_jobs.tables import append_new, in_list, insert_new
 
-    p = playback(None)
+    p = playback()
     steps: dict[str, float] = {}
 
     def timed(step: str, action: Callable[[], Any]) -> Any:
@@ -349,7 +439,7 @@ def latency_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> R
 
     rate = float(spec.params["rate"])
     duration_s, settle_s = float(spec.params["duration_s"]), float(spec.params["settle_s"])
-    p = playback(None, trigger=spec.params.get("trigger", "1 second"))
+    p = playback(trigger=spec.params.get("trigger", "1 second"))
     home = fresh_home(spec, name)
     tables = ensure_tables(spark, home, p)
     writer = LandingWriter(home.landing(PIPELINE), rate)
@@ -378,12 +468,12 @@ def latency_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> R
         if r[0] in writer.written_at and writer.written_at[r[0]] >= measured_from
         and Path(r[1]).name in visible_by_file)
     written = sum(1 for t in writer.written_at.values() if t >= measured_from)
-    span = progress_span(query)
+    batches = batches_of(query.recentProgress)
     return {"rate": rate, "events_measured": len(latencies), "events_written": written,
             "p50_s": quantile(latencies, 0.50), "p90_s": quantile(latencies, 0.90),
             "p99_s": quantile(latencies, 0.99), "max_s": latencies[-1] if latencies else None,
             "latencies_s": [round(x, 3) for x in latencies],
-            "batches": span["batches"], "batch_s": span.get("batch_s", [])}
+            "batches": len(batches), "batch_s": [round(x.ended - x.started, 3) for x in batches]}
 
 
 def quantile(values: list[float], q: float) -> float | None:
@@ -393,101 +483,146 @@ def quantile(values: list[float], q: float) -> float | None:
     return values[min(len(values) - 1, max(0, round(q * len(values) + 0.5) - 1))]
 
 
-WORKLOADS: dict[str, Callable[[SparkSession, Spec, Dataset, str], Result]] = {
+
+
+# --- the platform as deployed: `weir run` in its own driver process -------------------------------
+
+def weir_driver(home: WeirHome, log_path: Path, *, once: bool) -> subprocess.Popen[bytes]:
+    """`weir run playback [--once]` on `home`, its output in `log_path`."""
+    env = {**os.environ, "WEIR_HOME": str(home.root), "WEIR_SPARK_MASTER": MASTER,
+           "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+    command = [sys.executable, "-m", "spark_jobs.cli", "run", PIPELINE, *(["--once"] if once else [])]
+    with log_path.open("wb") as out:
+        return subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def driver_failed(driver: subprocess.Popen[bytes], log_path: Path) -> RuntimeError:
+    """The driver's exit, with the last error its log names (Spark's dumps end with a state line)."""
+    errors = [line for line in log_path.read_text(errors="replace").splitlines()
+              if re.match(r"^[\w.]*(Error|Exception): ", line)] or ["no error line in its log"]
+    return RuntimeError(f"weir run exited {driver.returncode} (log {log_path}): {errors[-1][:300]}")
+
+
+def driver_log(spec: Spec, name: str) -> Path:
+    """Where a `weir run` driver's output goes: beside the worker logs, which the harness keeps."""
+    return Path(spec.workdir).parent / f"driver-{name}.log"
+
+
+def driver_progress(home: WeirHome, query: str) -> list[Batch]:
+    """The batches with input of `query`, from the driver's `stream_progress` table (delta-rs)."""
+    from deltalake import DeltaTable
+
+    from spark_jobs.control.progress import table_path
+
+    if not (table_path(home) / "_delta_log").is_dir():
+        return []
+    rows = DeltaTable(str(table_path(home))).to_pyarrow_table().to_pylist()
+    name = query_name(playback(), query)
+    return sorted((Batch(r["progress_at"].timestamp(),
+                         r["progress_at"].timestamp() + (r["batch_duration_ms"] or 0) / 1000.0,
+                         int(r["num_input_rows"]), json.loads(r["durations_ms"] or "{}"))
+                   for r in rows if r["query"] == name and (r["num_input_rows"] or 0) > 0),
+                  key=lambda b: b.started)
+
+
+def platform_once(spec: Spec, data: Dataset, name: str) -> Result:
+    """`weir run playback --once` over the dataset as a backlog: landing → silver (the ingest
+    query's batches) and landing → gold (from the ingest's first batch to gold's last)."""
+    home = fresh_home(spec, name)
+    link_into(data, home.landing(PIPELINE))
+    log_path = driver_log(spec, name)
+    started = time.monotonic()
+    driver = weir_driver(home, log_path, once=True)
+    try:
+        code = driver.wait(timeout=spec.timeout_s)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    wall_s = time.monotonic() - started
+    if code != 0:
+        raise driver_failed(driver, log_path)
+    ingest, gold = driver_progress(home, "ingest"), driver_progress(home, "gold")
+    silver = span_of(ingest, data.lines)
+    first = min(b.started for b in ingest)
+    tables = home.root / "tables"
+    # The progress event of gold's last batch can be lost as the driver exits: its commit is not.
+    gold_commits = [c.visible_at for c in delta_log.commits(tables / "gold" / "playback_qoe_1m")]
+    gold_s = max([b.ended for b in gold + ingest] + gold_commits) - first
+    return {"seconds": wall_s, "wall_events_per_s": data.lines / wall_s, **silver,
+            "gold_span_s": round(gold_s, 3), "gold_events_per_s": data.lines / gold_s,
+            "gold_batches": len(gold), "time_split_ms": {"ingest": time_split(ingest),
+                                                         "gold": time_split(gold)},
+            "silver": exactly_once(tables / "silver" / "playback_events", "event_id", data.valid_events),
+            "bronze": exactly_once(tables / "bronze" / "playback_events", None, data.lines),
+            "timeline": timeline(tables / "silver" / "playback_events", first)}
+
+
+def platform_steady_once(spec: Spec, data: Dataset, name: str) -> Result:
+    """`weir run playback` (the catalog's trigger) while the files arrive every `interval_s`;
+    stopped at a batch boundary (SIGTERM) once silver holds every valid event."""
+    home = fresh_home(spec, name)
+    landing, silver = home.landing(PIPELINE), home.root / "tables" / "silver" / "playback_events"
+    landing.mkdir(parents=True)
+    log_path = driver_log(spec, name)
+    driver = weir_driver(home, log_path, once=False)
+    feeder = FileFeeder(data, landing, float(spec.params["interval_s"]))
+    try:
+        # The feed starts once the driver has its tables: arrival is timed, not JVM start-up.
+        wait_until("the driver created silver", lambda: (silver / "_delta_log").is_dir(),
+                   spec.timeout_s, lambda: driver.poll() is None)
+        feeder.start()
+        wait_until("silver holds every valid event", lambda: rows_committed(silver) >= data.valid_events,
+                   spec.timeout_s, lambda: driver.poll() is None)
+        feeder.join()
+        # A progress event still in flight when the driver stops is lost: wait for the last one.
+        last_commit = delta_log.commits(silver)[-1].visible_at
+        wait_until("the driver's progress shows the batch of silver's last commit",
+                   lambda: any(b.ended >= last_commit - 0.5 for b in driver_progress(home, "ingest")),
+                   120, lambda: driver.poll() is None)
+        driver.send_signal(signal.SIGTERM)
+        driver.wait(timeout=120)
+    finally:
+        feeder.stop_event.set()
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    return {**steady_result(feeder, silver, data.lines, driver_progress(home, "ingest")),
+            "silver": exactly_once(silver, "event_id", data.valid_events)}
+
+
+SPARK_WORKLOADS: dict[str, Callable[[SparkSession, Spec, Dataset, str], Result]] = {
     "ceiling": ceiling_once,
     "ceiling_transforms": ceiling_transforms_once,
     "bare": bare_once,
-    "platform_silver": platform_silver_once,
-    "platform_gold": platform_gold_once,
+    "bare_steady": bare_steady_once,
     "latency": latency_once,
     "backfill": backfill_once,
     "ingest_profile": ingest_profile_once,
 }
+PROCESS_WORKLOADS: dict[str, Callable[[Spec, Dataset, str], Result]] = {
+    "platform": platform_once,
+    "platform_steady": platform_steady_once,
+}
 
 
-def measure(spark: SparkSession, spec: Spec) -> Result:
-    """Warm up, then run the workload `repeats` times; the headline is the median run."""
-    workload = WORKLOADS[spec.workload]
-    if spec.warmup is not None:
-        started = time.monotonic()
-        workload(spark, spec, spec.warmup, f"{spec.label}-warmup")
-        log.info("%s: warm-up done in %.1fs", spec.label, time.monotonic() - started)
+def measure(spec: Spec, spark: SparkSession | None) -> Result:
+    """Run the workload `repeats` times on the spec's dataset; the headline is the median run."""
     runs = []
     for attempt in range(spec.repeats):
         started = time.monotonic()
-        runs.append(workload(spark, spec, spec.dataset, f"{spec.label}-{attempt}"))
+        name = f"{spec.label}-{attempt}"
+        if spec.workload in PROCESS_WORKLOADS:
+            runs.append(PROCESS_WORKLOADS[spec.workload](spec, spec.dataset, name))
+        else:
+            assert spark is not None
+            runs.append(SPARK_WORKLOADS[spec.workload](spark, spec, spec.dataset, name))
         log.info("%s: run %d/%d in %.1fs", spec.label, attempt + 1, spec.repeats,
                  time.monotonic() - started)
     out: Result = {"label": spec.label, "workload": spec.workload, "dataset": spec.dataset.name,
-                   "lines": spec.dataset.lines, "files_per_trigger": spec.files_per_trigger,
-                   "runs": runs}
-    if "seconds" in runs[0]:
-        seconds = statistics.median(r["seconds"] for r in runs)
-        out["seconds"] = seconds
-        out["events_per_s"] = spec.dataset.lines / seconds
-        spans = [r["span_s"] for r in runs if r.get("span_s")]
-        if spans:
-            out["sustained_events_per_s"] = spec.dataset.lines / statistics.median(spans)
-    else:
-        out.update({k: v for k, v in runs[0].items() if k != "latencies_s"})
+                   "lines": spec.dataset.lines, "runs": runs}
+    out.update({k: v for k, v in runs[0].items() if k != "latencies_s"})
+    if "seconds" in runs[0] and (spec.repeats > 1 or "events_per_s" not in runs[0]):
+        out["seconds"] = statistics.median(r["seconds"] for r in runs)
+        out["events_per_s"] = spec.dataset.lines / out["seconds"]
     return out
-
-
-def memory(spark: SparkSession) -> Result:
-    """Peak driver memory so far: the JVM's peak RSS (the driver is the executor in local mode),
-    the sum of its heap pools' peaks (an upper bound of the peak heap), and Python's peak RSS."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    pid = int(jvm.java.lang.ProcessHandle.current().pid())
-    peak_rss_kb = None
-    status = Path(f"/proc/{pid}/status")
-    if status.is_file():
-        for line in status.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                peak_rss_kb = int(line.split()[1])
-    heap_peak = 0
-    management = jvm.java.lang.management.ManagementFactory
-    for pool in management.getMemoryPoolMXBeans():
-        if str(pool.getType().toString()) == "Heap memory":
-            heap_peak += int(pool.getPeakUsage().getUsed())
-    heap_max = int(management.getMemoryMXBean().getHeapMemoryUsage().getMax())
-    return {"jvm_peak_rss_mb": round(peak_rss_kb / 1024, 1) if peak_rss_kb else None,
-            "jvm_heap_pools_peak_mb": round(heap_peak / 2**20, 1),
-            "jvm_heap_max_mb": round(heap_max / 2**20, 1),
-            "python_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.workloads", description=__doc__)
-    parser.add_argument("specs", type=Path, help="JSON: {master, specs: [Spec, ...]}")
-    parser.add_argument("out", type=Path, help="where to write the results (JSON)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from spark_jobs.session import build_session
-
-    request = json.loads(args.specs.read_text())
-    master = request["master"]
-    conf = {**SESSION_CONF, "spark.sql.shuffle.partitions": str(playback(None).shuffle_partitions)}
-    started = time.monotonic()
-    spark = build_session(f"weir-bench-{os.getpid()}", master=master, conf=conf)
-    startup_s = time.monotonic() - started
-    results: list[Result] = []
-    try:
-        for raw in request["specs"]:
-            spec = Spec.from_dict(raw)
-            try:
-                result = measure(spark, spec)
-            except Exception as err:  # one failed workload must not hide the others' numbers
-                log.exception("%s failed", spec.label)
-                result = {"label": spec.label, "workload": spec.workload,
-                          "error": f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"}
-            result.update(master=master, jvm_startup_s=startup_s, memory=memory(spark))
-            results.append(result)
-            args.out.write_text(json.dumps(results))
-    finally:
-        spark.stop()
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,8 +1,10 @@
-"""The benchmark harness: a tiny real run end to end (one JVM, one workload, the DAG parse), and
-the report's arithmetic (ratios, goals, "not measured") on a hand-made document."""
+"""The benchmark harness: its one worker protocol (one process, one JSON result line), the peak
+memory of a process tree, a tiny real run end to end, and the report's arithmetic (ratios, goals,
+"not measured") on a hand-made document."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -11,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import contributed, report
+from bench import report
+from bench.datasets import Size, make
+from bench.process_tree import PeakMemory
 from spark_jobs.home import REPO_ROOT
 
 
@@ -28,39 +32,56 @@ def document(results: dict, selected: list[str]) -> dict:
 
 def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path) -> None:
     doc = document({
-        "ceiling": {"workload": "ceiling", "events_per_s": 1000.0},
-        "bare": {"workload": "bare", "dataset": "x1", "lines": 1000, "events_per_s": 400.0,
-                 "sustained_events_per_s": 500.0, "master": "local[2]",
-                 "runs": [{"timeline": [[1.0, 500], [2.0, 1000]]}]},
-        "platform_silver": {"workload": "platform_silver", "dataset": "x1", "lines": 1000,
-                            "sustained_events_per_s": 460.0, "master": "local[2]",
-                            "runs": [{"timeline": [[1.5, 500], [2.5, 1000]]}]},
-        "scale_platform_x4": {"workload": "platform_silver", "dataset": "x4", "lines": 4000,
-                              "sustained_events_per_s": 900.0, "master": "local[2]"},
-        "platform_gold": {"workload": "platform_gold", "events_per_s": 100.0},
-        "backfill": {"workload": "backfill", "events_per_s": 250.0, "runs": [{"rerun_seconds": 2.0}]},
-        "latency": {"rate": 230.0, "p50_s": 1.2, "p99_s": 3.5, "latencies_s": [1.0, 1.2, 3.5]},
-        "recovery": {"not_measured": "bench/recovery.py is not in the checkout yet"},
-    }, ["ceiling", "bare", "platform_silver", "platform_gold", "latency", "backfill", "scaling",
-        "recovery"])
+        "ceiling": {"workload": "ceiling", "lines": 1000, "events_per_s": 1000.0},
+        "bare": {"workload": "bare", "lines": 1000, "events_per_s": 500.0,
+                 "timeline": [[1.0, 500], [2.0, 1000]],
+                 "time_split_ms": {"triggerExecution": 2000, "addBatch": 1500}},
+        "platform": {"workload": "platform", "lines": 1000, "events_per_s": 260.0,
+                     "gold_events_per_s": 150.0, "timeline": [[1.5, 500], [2.5, 1000]],
+                     "silver": {"count": 900, "distinct": 900, "expected": 900, "exactly_once": True},
+                     "time_split_ms": {"ingest": {"triggerExecution": 3000, "addBatch": 2500}}},
+        "bare_steady": {"workload": "bare_steady", "lines": 1000, "events_per_s": 400.0,
+                        "lag_after_last_file_s": 1.0, "timeline": [[1.0, 1000]]},
+        "platform_steady": {"workload": "platform_steady", "lines": 1000, "events_per_s": 200.0,
+                            "lag_after_last_file_s": 6.0, "timeline": [[3.0, 1000]]},
+        "bare_x4": {"workload": "bare", "lines": 4000, "events_per_s": 800.0},
+        "platform_x4": {"workload": "platform", "lines": 4000, "events_per_s": 300.0,
+                        "gold_events_per_s": 200.0, "memory": {"jvm_peak_rss_mb": 700.0,
+                                                               "tree_peak_rss_mb": 900.0}},
+        "backfill": {"workload": "backfill", "events_per_s": 375.0},
+        "latency": {"rate": 130.0, "p50_s": 1.2, "p99_s": 3.5, "runs": [{"latencies_s": [1.0, 1.2, 3.5]}]},
+        "recovery": {"not_measured": "worker exited 1 (log: x)"},
+    }, ["ceiling", "bare", "platform", "steady", "scale", "latency", "backfill", "recovery"])
     doc["summary"] = summary = report.summarise(doc)
     by_name = {g["goal"]: g for g in summary["goals"]}
-    assert summary["ratios"]["platform_silver_vs_bare"] == pytest.approx(0.92)
-    assert by_name["platform vs bare Spark throughput (landing → silver)"]["reached"] is True
-    assert by_name["platform vs Spark's ceiling"]["reached"] is False          # 0.46x
+    ratios = summary["ratios"]
+    assert ratios["platform_silver_vs_bare"] == pytest.approx(0.52)
+    assert ratios["platform_gold_vs_bare"] == pytest.approx(0.30)
+    assert ratios["steady_platform_vs_bare"] == pytest.approx(0.5)
+    assert ratios["x4_platform_silver_vs_bare"] == pytest.approx(0.375)
+    assert ratios["x4_platform_gold_vs_bare"] == pytest.approx(0.25)
+    assert ratios["backfill_vs_stream_gold"] == pytest.approx(2.5)
+    assert by_name["platform vs bare job, landing → silver (backlog)"]["reached"] is True
+    assert by_name["platform vs bare job, landing → gold (backlog)"]["reached"] is False    # 0.30x
     assert by_name["p99 latency at half load, 1 s trigger"]["reached"] is False
-    assert by_name["back-fill vs streaming rate (landing → gold)"]["value"] == pytest.approx(2.5)
     recovery = by_name["recovery: kill -9 → first committed batch of the successor"]
-    assert recovery["reached"] is None and "not in the checkout" in recovery["why_not_measured"]
+    assert recovery["reached"] is None and "worker exited 1" in recovery["why_not_measured"]
     dq = by_name["DQ validation cost vs the stream's own processing"]
     assert dq["value"] is None and dq["why_not_measured"] == "not selected in this run"
     assert len(summary["goals"]) == 6
+    assert {(r["job"], r["lines"]) for r in summary["scaling"]} >= {
+        ("platform → silver", 1000), ("platform → silver", 4000), ("platform → gold", 4000)}
     paths = report.write(doc, tmp_path, stem="day")
     names = {p.name for p in paths}
-    assert {"day.json", "day.md", "day-throughput.png", "day-latency.png", "day-scaling.png"} <= names
+    assert {"day.json", "day.md", "day-rates.png", "day-throughput.png", "day-steady.png",
+            "day-scale.png", "day-latency.png"} <= names
     text = (tmp_path / "day.md").read_text()
-    assert "not measured: bench/recovery.py is not in the checkout yet" in text
-    assert "| platform | local[2] | 4000 | 4.00 |" in text
+    assert "not measured: worker exited 1 (log: x)" in text
+    assert "| platform → silver | 4000 | 300 |" in text
+    assert "| platform | silver | 900 | 900 | 900 | yes |" in text
+    assert "| platform_x4 | 700 | 900 |" in text
+    assert "| platform | ingest | 3.00 | 2.50 |" in text
+    assert "| bare | bare | 2.00 | 1.50 |" in text
 
 
 @pytest.mark.parametrize(("before", "after", "loaded"), [
@@ -82,23 +103,48 @@ def test_loaded_is_judged_on_the_load_average_before_the_run(
     assert ("**The machine was loaded when this run started" in text) is loaded
 
 
-def test_kafka_and_landing_files_rates_of_the_kafka_run_sit_side_by_side() -> None:
-    doc = document({"kafka": {"result": {"events_per_s": 900.0, "landing_files_events_per_s": 1200.0},
-                              "events_per_s": 900.0, "wall_s": 80.0, "run_quick": False}}, ["kafka"])
+def test_the_kafka_run_gives_its_rate_and_its_ratio_to_the_landing_folder() -> None:
+    doc = document({"kafka": {"events_per_s": 900.0, "landing_files_events_per_s": 1200.0,
+                              "kafka_vs_files": 0.75}}, ["kafka"])
     doc["summary"] = summary = report.summarise(doc)
     assert summary["metrics"]["kafka_events_per_s"] == 900.0
-    assert summary["metrics"]["kafka_run_landing_files_events_per_s"] == 1200.0
     assert summary["ratios"]["kafka_vs_landing_files"] == pytest.approx(0.75)
-    assert "| Kafka → silver (ingest query, sustained) | 900 ev/s |" in report.markdown_summary(doc)
+    assert "| kafka_vs_landing_files | 0.75x |" in report.markdown_summary(doc)
 
 
-def test_contributed_results_are_read_under_the_agreed_names() -> None:
-    assert contributed.headline("recovery", {"detection_s": 4, "successor_first_commit_s": 31.5}) == {
-        "detection_s": 4.0, "first_commit_s": 31.5}
-    assert contributed.headline("dq", {"rows": 10, "ratio": 0.2}) == {
-        "seconds_per_million_rows": None, "dq_vs_stream": 0.2}
-    assert contributed.headline("kafka", {"events_per_s": 812.5, "landing_files_events_per_s": 900}) == {
-        "events_per_s": 812.5}
+def test_peak_memory_is_that_of_the_whole_process_tree() -> None:
+    """A child that holds 300 MB under a parent that holds little: the tree's peak counts it."""
+    child = "x = bytearray(300 << 20); import time; time.sleep(3)"
+    parent = subprocess.Popen([sys.executable, "-c",
+                               f"import subprocess, sys; subprocess.run([sys.executable, '-c', {child!r}])"])
+    sampler = PeakMemory(parent.pid, every_s=0.1).start()
+    parent.wait(timeout=60)
+    peaks = sampler.stop()
+    assert peaks["tree_peak_rss_mb"] >= 300, peaks
+    assert peaks["jvm_peak_rss_mb"] is None             # no JVM in this tree
+
+
+def worker(workload: str, args: dict) -> tuple[subprocess.CompletedProcess[str], dict]:
+    done = subprocess.run([sys.executable, "-m", "bench.worker", workload, json.dumps(args)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and len(lines) == 1, (done.stdout, done.stderr[-2000:])
+    return done, json.loads(lines[0])
+
+
+def test_a_failed_run_prints_its_error_as_its_one_result_line(tmp_path: Path) -> None:
+    missing = {"name": "x1", "path": str(tmp_path / "absent"), "files": 1, "lines": 10,
+               "valid_events": 9, "bytes": 100}
+    _, result = worker("platform", {"workload": "platform", "label": "platform", "dataset": missing,
+                                    "workdir": str(tmp_path / "homes")})
+    assert result["label"] == "platform" and result["error"].startswith("FileNotFoundError")
+    assert "events_per_s" not in result
+
+
+def test_dag_parse_runs_through_the_worker_protocol() -> None:
+    _, result = worker("dag_parse", {"label": "dag_parse", "repeats": 1})
+    assert result["label"] == "dag_parse" and result["files"], result
+    assert all("seconds" in f for f in result["files"].values()), result
 
 
 @pytest.mark.slow
@@ -114,24 +160,22 @@ def test_quick_run_measures_the_ceiling_and_writes_its_record(tmp_path: Path) ->
     ceiling = doc["results"]["ceiling"]
     assert ceiling["events_per_s"] > 0 and ceiling["lines"] == doc["datasets"]["x1"]["lines"]
     assert ceiling["memory"]["jvm_peak_rss_mb"] > 0
-    assert doc["results"]["ceiling_transforms"]["events_per_s"] > 0
-    assert "dag_parse" in doc["results"]
+    assert doc["results"]["dag_parse"]["files"]
     assert doc["summary"]["goals"][0]["why_not_measured"] == "not selected in this run"
     assert (tmp_path / record.name.replace(".json", ".md")).read_text().startswith("# Weir benchmark")
     assert not list(tmp_path.glob("tmp/run-*/homes")), "measurement homes are removed after the run"
     assert list(tmp_path.glob("tmp/run-*/worker-*.log")), "worker logs are kept"
+    assert (tmp_path / f"{record.stem}-rates.png").is_file()
 
 
 @pytest.mark.slow
 @pytest.mark.kafka
 def test_kafka_throughput_quick_through_the_harness_contract(tmp_path: Path) -> None:
-    """`measure(quick=True)` in a fresh process, as the suite runs it: both sources exactly once
-    on the same data, Kafka's rate as the headline, and its own broker stopped afterwards."""
-    done = contributed.run_contributed("kafka", tmp_path, quick=True, timeout_s=600)
-    assert "not_measured" not in done, done
-    result = done["result"]
-    assert done["events_per_s"] == result["events_per_s"] > 0
-    assert result["landing_files_events_per_s"] > 0
+    """`python -m bench.worker kafka` at its quick size: both sources exactly once on the same data,
+    Kafka's rate as the headline, and its own broker stopped afterwards."""
+    _, result = worker("kafka", {"label": "kafka", "workdir": str(tmp_path), "quick": True})
+    assert "error" not in result, result
+    assert result["events_per_s"] > 0 and result["landing_files_events_per_s"] > 0
     assert result["kafka_vs_files"] == pytest.approx(
         result["events_per_s"] / result["landing_files_events_per_s"], rel=0.01)
     lines, valid = result["dataset"]["lines"], result["dataset"]["valid_events"]
@@ -141,3 +185,19 @@ def test_kafka_throughput_quick_through_the_harness_contract(tmp_path: Path) -> 
     assert not (tmp_path / "kafka-bench").exists(), "the broker's data and the homes are removed"
     brokers = subprocess.run(["pgrep", "-f", f"kafka.Kafka {tmp_path}"], capture_output=True, text=True)
     assert not brokers.stdout.strip(), f"a broker of this run is still up: {brokers.stdout}"
+
+
+@pytest.mark.slow
+def test_platform_run_is_weir_run_once_with_its_output_checked(tmp_path: Path) -> None:
+    """`python -m bench.worker platform`: `weir run playback --once` in its own driver on a few
+    hundred lines; silver and gold rates from its progress, silver and bronze exactly once."""
+    data = make(tmp_path / "data", "x1", Size(files=2, sessions_per_file=6), seed=11)
+    _, result = worker("platform", {"workload": "platform", "label": "platform",
+                                    "dataset": dataclasses.asdict(data), "workdir": str(tmp_path / "homes")})
+    assert "error" not in result, result
+    assert result["silver"] == {"count": data.valid_events, "distinct": data.valid_events,
+                                "expected": data.valid_events, "exactly_once": True}
+    assert result["bronze"]["count"] == result["bronze"]["expected"] == data.lines
+    assert 0 < result["gold_events_per_s"] <= result["events_per_s"]
+    assert result["batches"] >= 1 and result["time_split_ms"]["ingest"]["addBatch"] > 0
+    assert (tmp_path / "driver-platform-0.log").is_file(), "the driver's log is kept beside the worker's"

@@ -1,0 +1,83 @@
+"""Peak memory of a benchmark worker's whole process tree (Python, its JVM, a `weir run` driver
+and that driver's JVM), sampled from /proc while it runs: the harness measures every run the same
+way, whatever the run starts inside itself."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+PROC = Path("/proc")
+
+
+def _status(pid: int) -> dict[str, str]:
+    """The fields of /proc/<pid>/status, or {} when the process is gone."""
+    try:
+        text = (PROC / str(pid) / "status").read_text()
+    except OSError:
+        return {}
+    return dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+
+
+def _kb(value: str | None) -> int:
+    return int(value.split()[0]) if value else 0
+
+
+def descendants(root: int) -> set[int]:
+    """`root` and every process below it (by parent pid), as /proc shows them now."""
+    children: dict[int, list[int]] = {}
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # The command name in /proc/<pid>/stat may hold spaces and brackets: split after ")".
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(entry.name))
+    found, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo += children.get(pid, [])
+    return found
+
+
+class PeakMemory:
+    """Samples the tree under `root` every `every_s` seconds from `start()` to `stop()`: the peak
+    of the sum of its resident sets, and the largest peak resident set (VmHWM) of any JVM in it."""
+
+    def __init__(self, root: int, every_s: float = 0.5) -> None:
+        self.root, self.every_s = root, every_s
+        self.tree_peak_kb = self.jvm_peak_kb = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"peak-memory-{root}", daemon=True)
+
+    def sample(self) -> None:
+        total = 0
+        for pid in descendants(self.root):
+            status = _status(pid)
+            total += _kb(status.get("VmRSS"))
+            if status.get("Name", "").strip() == "java":
+                self.jvm_peak_kb = max(self.jvm_peak_kb, _kb(status.get("VmHWM")))
+        self.tree_peak_kb = max(self.tree_peak_kb, total)
+
+    def _loop(self) -> None:
+        while not self._done.wait(self.every_s):
+            self.sample()
+
+    def start(self) -> PeakMemory:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict[str, float | None]:
+        """Stop sampling; the peaks in MB (None when no JVM was seen)."""
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        return {"jvm_peak_rss_mb": round(self.jvm_peak_kb / 1024, 1) if self.jvm_peak_kb else None,
+                "tree_peak_rss_mb": round(self.tree_peak_kb / 1024, 1)}
