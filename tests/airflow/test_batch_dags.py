@@ -2,7 +2,8 @@
 real task runs, XCom) on real data: `P_checkpoint` inspects, validates and backs up,
 `P_checkpoint_backup` backs up and prunes, `P_restart` restores a backup when confirmed through
 its Param, `P_maintenance` compacts silver and gold keeping their data, `P_dq` stores its results
-and fails (with an alert) when silver lost rows."""
+and fails (with an alert) when silver lost rows. The DQ and checkpoint tasks start no JVM in the
+Airflow process: their Spark work is a submitted `weir` job."""
 
 from __future__ import annotations
 
@@ -218,3 +219,33 @@ def test_dq_dag_stores_its_results_and_fails_with_an_alert_when_silver_lost_rows
     alerts = [json.loads(line) for line in (fed.home.logs / "alerts.jsonl").read_text().splitlines()]
     assert any(a["dag_id"] == f"{P}_dq" and "expect_table_row_count_to_equal" in (a["error"] or "")
                for a in alerts), alerts
+
+
+# Runs the DQ and checkpoint DAGs in a fresh interpreter (the test process holds the `spark`
+# fixture's JVM) and reports whether that interpreter ever launched a Py4J gateway, i.e. a JVM.
+TASK_PROCESS = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from weir_airflow.dag_factory import pipeline_dags
+
+dags = pipeline_dags(sys.argv[2])
+states = {}
+for dag_id, conf in (("%s_dq", None), ("%s_checkpoint", {"action": "inspect"}),
+                     ("%s_checkpoint", {"action": "compat"})):
+    run = dags[dag_id % sys.argv[2]].test(run_conf=conf)
+    states[f"{dag_id % sys.argv[2]} {(conf or {}).get('action', '')}".strip()] = str(run.state)
+pyspark = sys.modules.get("pyspark")
+gateway = getattr(getattr(pyspark, "SparkContext", None), "_gateway", None)
+print(json.dumps({"states": states, "jvm_started": gateway is not None}))
+"""
+
+
+def test_dq_and_checkpoint_tasks_start_no_jvm_in_the_airflow_process(fed: Fed) -> None:
+    plugins = Path(__file__).resolve().parents[2] / "plugins"
+    out = subprocess.run([sys.executable, "-c", TASK_PROCESS, str(plugins), P], env=dict(os.environ),
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["states"] == {f"{P}_dq": "success", f"{P}_checkpoint inspect": "success",
+                              f"{P}_checkpoint compat": "success"}, seen
+    assert seen["jvm_started"] is False, seen
