@@ -5,19 +5,22 @@ Airflow worker; a command's JSON result comes back through a private file under 
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import json
 import logging
 import re
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_jobs.commands.checkpoint import command_line
 from spark_jobs.control.maintenance import SAFE_RETENTION_HOURS
 from spark_jobs.control.submit_secrets import private_folder
 from spark_jobs.errors import UserError
 from spark_jobs.home import WeirHome
+
+if TYPE_CHECKING:
+    from spark_jobs.catalog import Pipeline
+    from spark_jobs.control.deploy_gate import CompatCheck
 
 log = logging.getLogger(__name__)
 RECENT_DAYS = 2
@@ -40,15 +43,6 @@ class CommandOutcome:
     result: dict[str, Any] | None
 
 
-def cli_entry() -> str:
-    """The `weir` CLI's module file in the installed package (spark-submit runs a file), found
-    without importing it: only the CLI's own commands import `spark_jobs.cli`."""
-    spec = importlib.util.find_spec("spark_jobs.cli")
-    if spec is None or spec.origin is None:
-        raise RuntimeError("the spark_jobs package has no cli module: is weir installed?")
-    return spec.origin
-
-
 def submit_cli(pipeline: str, args: list[str], *, conn_id: str = "spark_default",
                actor: str | None = None, with_result: bool = False) -> CommandOutcome:
     """Run a `weir` command as a Spark application (spark-submit of the CLI, blocking), so every
@@ -56,7 +50,7 @@ def submit_cli(pipeline: str, args: list[str], *, conn_id: str = "spark_default"
     `with_result`, the command writes its JSON result to a file this reads back (and removes).
     A failure raises `CommandFailedError` with the CLI's one-line reason, except an exit
     `EXIT_VERDICT` that came with a result. `actor` names who asked, in the command's event log."""
-    from spark_jobs.control.driver import driver_environment
+    from spark_jobs.control.driver import driver_environment, entry_point
     from weir_airflow.hooks import WeirSparkSubmitHook
 
     env = driver_environment()
@@ -72,7 +66,7 @@ def submit_cli(pipeline: str, args: list[str], *, conn_id: str = "spark_default"
         conn_id=conn_id, name=f"weir-{args[0]}-{pipeline}", application_args=args, env_vars=env_vars)
     result = None
     try:
-        submitted = hook.run(cli_entry())
+        submitted = hook.run(entry_point("spark_jobs.cli"))
         if result_file is not None and result_file.is_file():
             result = json.loads(result_file.read_text(encoding="utf-8"))
     finally:
@@ -131,6 +125,14 @@ def checkpoint_action(pipeline: str, action: str, *, backup_id: str | None = Non
         raise CommandFailedError(f"weir checkpoint {action} {pipeline} wrote no result")
     log.info("%s checkpoint %s: %s", pipeline, action, result)
     return result
+
+
+def submitted_compat_check(*, conn_id: str = "spark_default") -> CompatCheck:
+    """The deploy gate's compatibility check as a submitted `weir checkpoint compat`."""
+    def check(pipeline: Pipeline) -> dict[str, Any]:
+        return checkpoint_action(pipeline.name, "compat", conn_id=conn_id)
+
+    return check
 
 
 def maintain(pipeline: str, actor: str = "airflow") -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_jobs.control.submit_secrets import PRIVATE_FILE
+from spark_jobs.errors import UserError
 from spark_jobs.home import WeirHome
 
 
@@ -35,8 +36,16 @@ def pipeline_arg(text: str) -> str:
 def add_result_file(parser: argparse.ArgumentParser) -> None:
     """`--result-file PATH`: the command's JSON result for the process that submitted it (an
     Airflow task reading back what a spark-submitted `weir` job found)."""
-    parser.add_argument("--result-file", type=Path, metavar="PATH",
+    parser.add_argument("--result-file", type=result_path, metavar="PATH",
                         help="also write the result as JSON to PATH (under WEIR_HOME, mode 0600)")
+
+
+def result_path(text: str) -> Path:
+    """argparse type: a result file under WEIR_HOME, refused before the command does anything."""
+    try:
+        return WeirHome.from_env().confine(text)
+    except UserError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def write_result(path: Path | None, result: dict[str, Any]) -> None:
