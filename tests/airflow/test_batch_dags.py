@@ -221,31 +221,46 @@ def test_dq_dag_stores_its_results_and_fails_with_an_alert_when_silver_lost_rows
                for a in alerts), alerts
 
 
-# Runs the DQ and checkpoint DAGs in a fresh interpreter (the test process holds the `spark`
-# fixture's JVM) and reports whether that interpreter ever launched a Py4J gateway, i.e. a JVM.
+# Runs the DQ, checkpoint and restart DAGs and the deploy gate's Airflow check in a fresh
+# interpreter (the test process holds the `spark` fixture's JVM), and reports whether that
+# interpreter ever launched a Py4J gateway, i.e. a JVM.
 TASK_PROCESS = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
+from spark_jobs import catalog
+from spark_jobs.control.deploy_gate import admit
+from spark_jobs.home import WeirHome
 from weir_airflow.dag_factory import pipeline_dags
 
-dags = pipeline_dags(sys.argv[2])
+P = sys.argv[2]
+dags = pipeline_dags(P)
 states = {}
-for dag_id, conf in (("%s_dq", None), ("%s_checkpoint", {"action": "inspect"}),
-                     ("%s_checkpoint", {"action": "compat"})):
-    run = dags[dag_id % sys.argv[2]].test(run_conf=conf)
-    states[f"{dag_id % sys.argv[2]} {(conf or {}).get('action', '')}".strip()] = str(run.state)
+for dag_id, conf in (("dq", None), ("checkpoint", {"action": "inspect"}),
+                     ("checkpoint", {"action": "compat"}), ("checkpoint", {"action": "backup"}),
+                     ("restart", {"reason": "no JVM here", "mode": "restore_backup",
+                                  "backup_id": "latest", "confirm": True})):
+    run = dags[f"{P}_{dag_id}"].test(run_conf=conf)
+    what = (conf or {}).get("action") or (conf or {}).get("mode") or ""
+    states[f"{dag_id} {what}".strip()] = str(run.state)
+# What the supervisor operator's deploy gate runs when the code changed: a submitted compat check.
+from weir_airflow.tasks import submitted_compat_check
+gate = admit(WeirHome.from_env(), catalog.load(P), actor="test", fingerprint="changed",
+             check=submitted_compat_check())
 pyspark = sys.modules.get("pyspark")
 gateway = getattr(getattr(pyspark, "SparkContext", None), "_gateway", None)
-print(json.dumps({"states": states, "jvm_started": gateway is not None}))
+print(json.dumps({"states": states, "gate": gate, "jvm_started": gateway is not None}))
 """
 
 
-def test_dq_and_checkpoint_tasks_start_no_jvm_in_the_airflow_process(fed: Fed) -> None:
+def test_dq_checkpoint_restart_tasks_and_the_deploy_gate_start_no_jvm_in_the_airflow_process(
+        fed: Fed) -> None:
     plugins = Path(__file__).resolve().parents[2] / "plugins"
     out = subprocess.run([sys.executable, "-c", TASK_PROCESS, str(plugins), P], env=dict(os.environ),
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
+                         capture_output=True, text=True, timeout=800)
+    assert out.returncode == 0, (out.stdout[-2000:], out.stderr[-3000:])
     seen = json.loads(out.stdout.strip().splitlines()[-1])
-    assert seen["states"] == {f"{P}_dq": "success", f"{P}_checkpoint inspect": "success",
-                              f"{P}_checkpoint compat": "success"}, seen
+    assert seen["states"] == {"dq": "success", "checkpoint inspect": "success",
+                              "checkpoint compat": "success", "checkpoint backup": "success",
+                              "restart restore_backup": "success"}, seen
+    assert seen["gate"]["checked"] is True and seen["gate"]["compatible"] is True, seen
     assert seen["jvm_started"] is False, seen
