@@ -248,17 +248,19 @@ gate = admit(WeirHome.from_env(), catalog.load(P), actor="test", fingerprint="ch
              check=submitted_compat_check())
 pyspark = sys.modules.get("pyspark")
 gateway = getattr(getattr(pyspark, "SparkContext", None), "_gateway", None)
-print(json.dumps({"states": states, "gate": gate, "jvm_started": gateway is not None}))
+with open(sys.argv[3], "w") as out:   # not stdout: Spark and Airflow log there until exit
+    json.dump({"states": states, "gate": gate, "jvm_started": gateway is not None}, out)
 """
 
 
 def test_dq_checkpoint_restart_tasks_and_the_deploy_gate_start_no_jvm_in_the_airflow_process(
-        fed: Fed) -> None:
+        fed: Fed, tmp_path: Path) -> None:
     plugins = Path(__file__).resolve().parents[2] / "plugins"
-    out = subprocess.run([sys.executable, "-c", TASK_PROCESS, str(plugins), P], env=dict(os.environ),
-                         capture_output=True, text=True, timeout=800)
+    report = tmp_path / "task-process.json"
+    out = subprocess.run([sys.executable, "-c", TASK_PROCESS, str(plugins), P, str(report)],
+                         env=dict(os.environ), capture_output=True, text=True, timeout=800)
     assert out.returncode == 0, (out.stdout[-2000:], out.stderr[-3000:])
-    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    seen = json.loads(report.read_text())
     assert seen["states"] == {"dq": "success", "checkpoint inspect": "success",
                               "checkpoint compat": "success", "checkpoint backup": "success",
                               "restart restore_backup": "success"}, seen
