@@ -51,6 +51,10 @@ class WeirHome:
         """Lease, heartbeat and stop-request files of a pipeline's driver."""
         return self.root / "control" / pipeline
 
+    def results(self, pipeline: str) -> Path:
+        """JSON results of the `weir` jobs Airflow submits, kept until the task has read them."""
+        return self.control(pipeline) / "results"
+
     @property
     def dq(self) -> Path:
         return self.root / "dq"

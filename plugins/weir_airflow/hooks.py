@@ -8,14 +8,24 @@ detached instead (see `spark_jobs.control.driver.spawn`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.providers.common.compat.sdk import AirflowException
 
 from spark_jobs.control.driver import VENV_PYTHON, LaunchRecord, driver_environment, spawn
 from spark_jobs.home import WeirHome
 
 DEFAULT_MASTER = "local[*]"
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """A blocking spark-submit that ended: its exit code and the last lines of its output."""
+
+    returncode: int
+    output: list[str]
 
 
 class WeirSparkSubmitHook(SparkSubmitHook):
@@ -48,3 +58,16 @@ class WeirSparkSubmitHook(SparkSubmitHook):
         command = self.command(application)
         return spawn(home, pipeline, command, env=driver_environment(
             {k: str(v) for k, v in (self._env_vars or {}).items()}))
+
+    def run(self, application: str) -> Submitted:
+        """Submit `application` and wait, like `submit`, but hand back a non-zero exit instead of
+        raising: the caller tells a verdict (an application's exit 1 with a result) from an error."""
+        try:
+            self.submit(application)
+        except AirflowException:
+            process = self._submit_sp
+            if process is None or not process.returncode:
+                raise           # failed before the application ran, or a cluster-side failure
+        process = self._submit_sp
+        return Submitted(process.returncode if process is not None else 0,
+                         list(self._last_submit_log_lines))

@@ -61,8 +61,11 @@ class StreamSupervisorOperator(BaseOperator):
 
     def _supervisor(self) -> Any:
         from spark_jobs.control.supervisor import Supervisor
+        from weir_airflow.tasks import submitted_compat_check
 
-        return Supervisor(weir_home(), self.pipeline)
+        # The deploy gate's check of changed code is a submitted job: no JVM in this worker.
+        return Supervisor(weir_home(), self.pipeline,
+                          compat_check=submitted_compat_check(conn_id=self.conn_id))
 
     # -- deploy -----------------------------------------------------------------------------
     def execute(self, context: Any) -> None:
@@ -185,8 +188,11 @@ class StreamRestartOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         from spark_jobs.control.oncall import restart
+        from weir_airflow.tasks import checkpoint_action
 
+        # The restore or reset (and the deploy gate a restore re-runs) is a submitted `weir
+        # checkpoint` job: no JVM in this worker.
         return restart(weir_home(), self.pipeline, actor=actor_of(context), reason=self.reason,
                        mode=self.mode, backup_id=self.backup_id or None, reset_from=self.reset_from or None,
                        confirm=str(self.confirm).lower() in ("true", "1", "yes"),
-                       graceful_timeout_s=float(self.graceful_timeout_s))
+                       graceful_timeout_s=float(self.graceful_timeout_s), checkpoint=checkpoint_action)

@@ -1,35 +1,82 @@
 """The bodies of Weir's Python tasks (back-fill, DQ, checkpoints, maintenance). DAG files refer to
-them by name; every heavy import happens here, at run time."""
+them by name. Every Spark action is a spark-submitted `weir` command, so no JVM starts in the
+Airflow worker; a command's JSON result comes back through a private file under WEIR_HOME."""
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
-from typing import Any
+import re
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from spark_jobs.control.driver import REPO_ROOT
+from spark_jobs.commands.checkpoint import command_line
 from spark_jobs.control.maintenance import SAFE_RETENTION_HOURS
+from spark_jobs.control.submit_secrets import private_folder
+from spark_jobs.errors import UserError
+from spark_jobs.home import WeirHome
+
+if TYPE_CHECKING:
+    from spark_jobs.catalog import Pipeline
+    from spark_jobs.control.deploy_gate import CompatCheck
 
 log = logging.getLogger(__name__)
-CLI_ENTRY = REPO_ROOT / "spark_jobs" / "cli.py"
 RECENT_DAYS = 2
+# `weir dq` with a failed expectation, `weir checkpoint validate|compat` on an unhealthy or
+# incompatible checkpoint: a verdict that comes with a result, not an error.
+EXIT_VERDICT = 1
+# The CLI's one-line reason (`weir dq: ...`) or argparse's (`weir checkpoint reset: error: ...`).
+CLI_MESSAGE = re.compile(r"^weir( [\w-]+)*: ")
+
+
+class CommandFailedError(UserError):
+    """A submitted `weir` command failed; the message is the command's own one-line reason."""
+
+
+@dataclass(frozen=True)
+class CommandOutcome:
+    """How a submitted `weir` command ended: its exit code and the result it wrote, if any."""
+
+    returncode: int
+    result: dict[str, Any] | None
 
 
 def submit_cli(pipeline: str, args: list[str], *, conn_id: str = "spark_default",
-               actor: str | None = None) -> None:
-    """Run a `weir` command as a Spark application (spark-submit of the CLI, blocking), so batch
-    jobs run on the same cluster manager as the streams. `actor` names who asked, in the event log
-    the command itself writes."""
-    from spark_jobs.control.driver import driver_environment
+               actor: str | None = None, with_result: bool = False) -> CommandOutcome:
+    """Run a `weir` command as a Spark application (spark-submit of the CLI, blocking), so every
+    Spark job runs on the cluster manager of the streams and none in the Airflow worker. With
+    `with_result`, the command writes its JSON result to a file this reads back (and removes).
+    A failure raises `CommandFailedError` with the CLI's one-line reason, except an exit
+    `EXIT_VERDICT` that came with a result. `actor` names who asked, in the command's event log."""
+    from spark_jobs.control.driver import driver_environment, entry_point
     from weir_airflow.hooks import WeirSparkSubmitHook
 
     env = driver_environment()
     env_vars = {k: env[k] for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "WEIR_HOME", "PATH")}
     if actor:
         env_vars["WEIR_ACTOR"] = actor
+    result_file = None
+    if with_result:
+        folder = private_folder(WeirHome.from_env().results(pipeline))
+        result_file = folder / f"{args[0]}-{uuid.uuid4().hex}.json"
+        args = [*args, "--result-file", str(result_file)]
     hook = WeirSparkSubmitHook(
         conn_id=conn_id, name=f"weir-{args[0]}-{pipeline}", application_args=args, env_vars=env_vars)
-    hook.submit(str(CLI_ENTRY))
+    result = None
+    try:
+        submitted = hook.run(entry_point("spark_jobs.cli"))
+        if result_file is not None and result_file.is_file():
+            result = json.loads(result_file.read_text(encoding="utf-8"))
+    finally:
+        if result_file is not None:
+            result_file.unlink(missing_ok=True)
+    if submitted.returncode == 0 or (submitted.returncode == EXIT_VERDICT and result is not None):
+        return CommandOutcome(submitted.returncode, result)
+    reason = next((line for line in reversed(submitted.output) if CLI_MESSAGE.match(line)),
+                  f"weir {args[0]} exited with code {submitted.returncode} (see the log above)")
+    raise CommandFailedError(reason)
 
 
 def backfill_date(pipeline: str, day: str, actor: str = "airflow") -> dict[str, Any]:
@@ -39,20 +86,23 @@ def backfill_date(pipeline: str, day: str, actor: str = "airflow") -> dict[str, 
 
 
 def dq_check(pipeline: str, date_from: str | None, date_to: str | None) -> dict[str, Any]:
-    """Run the pipeline's expectations over a range of event dates (DQ runs take turns, see
-    `run_dq`); fail (and alert) when they do not hold. The DQ runner writes its own event-log
-    entry."""
-    from spark_jobs.quality import run_dq
-
-    first = dt.date.fromisoformat(date_from) if date_from else None
-    last = dt.date.fromisoformat(date_to) if date_to else None
-    report = run_dq(pipeline, date_from=first, date_to=last)
-    log.info("%s DQ %s..%s: %s; Data Docs: %s", pipeline, first, last,
-             "passed" if report.success else f"FAILED {report.failed}", report.docs_path)
-    if not report.success:
-        raise RuntimeError(f"{pipeline}: expectations failed: {', '.join(report.failed)} "
-                           f"(Data Docs: {report.docs_path})")
-    return report.to_dict()
+    """Run the pipeline's expectations over a range of event dates through `weir dq` (DQ runs
+    take turns, see `run_dq`); fail (and alert) when they do not hold. The DQ runner writes its
+    own event-log entry."""
+    args = ["dq", pipeline]
+    if date_from:
+        args.append(f"--from={date_from}")
+    if date_to:
+        args.append(f"--to={date_to}")
+    report = submit_cli(pipeline, args, with_result=True).result
+    if report is None:
+        raise CommandFailedError(f"weir dq {pipeline} wrote no report")
+    log.info("%s DQ %s..%s: %s; Data Docs: %s", pipeline, report["date_from"], report["date_to"],
+             "passed" if report["success"] else f"FAILED {report['failed']}", report["docs_path"])
+    if not report["success"]:
+        raise RuntimeError(f"{pipeline}: expectations failed: {', '.join(report['failed'])} "
+                           f"(Data Docs: {report['docs_path']})")
+    return report
 
 
 def recent_dates(logical_date: dt.datetime | None, days: int = RECENT_DAYS) -> tuple[str, str]:
@@ -63,15 +113,26 @@ def recent_dates(logical_date: dt.datetime | None, days: int = RECENT_DAYS) -> t
 
 def checkpoint_action(pipeline: str, action: str, *, backup_id: str | None = None,
                       reset_from: str | None = None, keep: int | None = None, dry_run: bool = False,
-                      confirm: bool = False, actor: str = "airflow", reason: str | None = None) -> dict:
+                      confirm: bool = False, actor: str = "airflow", reason: str | None = None,
+                      conn_id: str = "spark_default") -> dict:
     """A checkpoint action (inspect, validate, backup, backups, restore, rewind, reset, prune,
-    compat) from the checkpoint module; it writes its own event-log entries."""
-    from spark_jobs.checkpoints import run_action
-
-    result = run_action(pipeline, action, backup_id=backup_id or None, reset_from=reset_from or None,
-                        keep=keep, dry_run=dry_run, confirm=confirm, actor=actor, reason=reason or None)
+    compat) through `weir checkpoint`, which writes its own event-log entries. An unhealthy
+    (validate) or incompatible (compat) verdict is returned, not raised, as the CLI's exit 1."""
+    args = command_line(pipeline, action, backup_id=backup_id or None, reset_from=reset_from or None,
+                        keep=keep, dry_run=dry_run, confirm=confirm, reason=reason or None)
+    result = submit_cli(pipeline, args, conn_id=conn_id, actor=actor, with_result=True).result
+    if result is None:
+        raise CommandFailedError(f"weir checkpoint {action} {pipeline} wrote no result")
     log.info("%s checkpoint %s: %s", pipeline, action, result)
     return result
+
+
+def submitted_compat_check(*, conn_id: str = "spark_default") -> CompatCheck:
+    """The deploy gate's compatibility check as a submitted `weir checkpoint compat`."""
+    def check(pipeline: Pipeline) -> dict[str, Any]:
+        return checkpoint_action(pipeline.name, "compat", conn_id=conn_id)
+
+    return check
 
 
 def maintain(pipeline: str, actor: str = "airflow") -> None:

@@ -1,8 +1,9 @@
 """`weir checkpoint ACTION P ...`: see, trust, save and move a pipeline's streaming checkpoint.
 
-A thin layer over `spark_jobs.checkpoints.run_action` (which the Airflow DAGs call too): tables
-for people, `--json` for machines. Destructive actions (restore, rewind, reset, prune) need
-`--yes`, accept `--dry-run`, back up the live checkpoint first and refuse while P runs.
+A thin layer over `spark_jobs.checkpoints.run_action`: tables for people, `--json` for machines,
+`--result-file` for the Airflow tasks that submit it as a Spark job. Destructive actions (restore,
+rewind, reset, prune) need `--yes`, accept `--dry-run`, back up the live checkpoint first and
+refuse while P runs.
 Exit codes: 0 done / healthy / compatible, 1 unhealthy (validate) or incompatible (compat),
 2 a refused or impossible request.
 """
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from spark_jobs.commands import pipeline_arg
+from spark_jobs.commands import add_result_file, pipeline_arg, write_result
 
 HELP = {
     "inspect": "per query: path, batches, source position, state operators (rows, size), pinned settings",
@@ -28,6 +29,9 @@ HELP = {
     "prune": "keep the newest N backups (old generations included)",
     "compat": "before a deploy: does the current code fit the checkpoint? (exit 1 when not)",
 }
+DESTRUCTIVE = ("restore", "rewind", "reset", "prune")
+DRY_RUNNABLE = ("backup", *DESTRUCTIVE)
+REASONED = ("backup", *DESTRUCTIVE)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,6 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         p = actions.add_parser(action, help=text, description=text)
         p.add_argument("pipeline", type=pipeline_arg)
         p.add_argument("--json", action="store_true", help="print the result as JSON")
+        add_result_file(p)
         if action == "restore":
             p.add_argument("backup_id", metavar="BACKUP_ID", help="a backup id, or `latest`")
         if action == "rewind":
@@ -50,12 +55,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                 "time (ISO-8601, UTC when naive; or epoch ms)")
         if action == "prune":
             p.add_argument("--keep", type=int, required=True, metavar="N", help="backups to keep")
-        if action in ("restore", "rewind", "reset", "prune"):
+        if action in DESTRUCTIVE:
             p.add_argument("--yes", action="store_true", help="confirm the destructive action")
+        if action in DRY_RUNNABLE:
             p.add_argument("--dry-run", action="store_true", help="say what would happen, change nothing")
-        if action in ("backup", "restore", "rewind", "reset", "prune"):
+        if action in REASONED:
             p.add_argument("--reason", help="why (kept in the event log)")
         p.set_defaults(handler=handle)
+
+
+def command_line(pipeline: str, action: str, *, backup_id: str | None = None,
+                 reset_from: str | None = None, keep: int | None = None, dry_run: bool = False,
+                 confirm: bool = False, reason: str | None = None) -> list[str]:
+    """`weir` arguments for `run_action`'s keywords (how Airflow submits an action): each option
+    only where the action's parser has it, as `run_action` ignores it elsewhere."""
+    args = ["checkpoint", action, pipeline]
+    if action == "restore" and backup_id:
+        args.append(backup_id)
+    if action == "rewind" and backup_id:
+        args.append(f"--to={backup_id}")
+    if action == "reset" and reset_from:
+        args.append(f"--from={reset_from}")
+    if action == "prune" and keep is not None:
+        args.append(f"--keep={keep}")
+    if action in DESTRUCTIVE and confirm:
+        args.append("--yes")
+    if action in DRY_RUNNABLE and dry_run:
+        args.append("--dry-run")
+    if action in REASONED and reason:
+        args.append(f"--reason={reason}")   # `=`: a reason may start with a dash
+    return args
 
 
 @contextmanager
@@ -90,6 +119,7 @@ def handle(args: argparse.Namespace) -> int:
                 reset_from=getattr(args, "reset_from", None), keep=getattr(args, "keep", None),
                 dry_run=getattr(args, "dry_run", False), confirm=getattr(args, "yes", False),
                 actor=default_actor(), reason=getattr(args, "reason", None), progress=progress)
+    write_result(args.result_file, result)
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True, default=str))
     else:

@@ -1,14 +1,15 @@
 """`weir dq P [--from DATE --to DATE] [--json]`: validate a pipeline's silver and gold with its
 Great Expectations suites. Exit 0 when no `fail` expectation failed, 1 when one did (each failed
 expectation is named with its table), 2 on a usage error. Results go to
-`tables/platform/dq_results`, Data Docs to `WEIR_HOME/dq/docs/index.html`."""
+`tables/platform/dq_results`, Data Docs to `WEIR_HOME/dq/docs/index.html`; with `--result-file`
+the report's JSON also goes to a file (how an Airflow task reads back a submitted run)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import TYPE_CHECKING
 
-from spark_jobs.commands import iso_date, pipeline_arg
+from spark_jobs.commands import add_result_file, iso_date, pipeline_arg, write_result
 from spark_jobs.errors import UserError
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     freshness.add_argument("--no-freshness", dest="freshness", action="store_false",
                            help="skip freshness even if the stream is running")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_result_file(p)
     p.set_defaults(handler=handle)
 
 
@@ -50,6 +52,7 @@ def handle(args: argparse.Namespace) -> int:
             report = run_dq(args.pipeline, args.date_from, args.date_to, freshness=args.freshness)
     except (NoDataError, SuiteError) as err:
         raise UserError(str(err)) from None
+    write_result(args.result_file, report.to_dict())
     if args.json:
         print(json.dumps(report.to_dict(), default=str))
     else:

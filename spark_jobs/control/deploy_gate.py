@@ -4,6 +4,8 @@ pipeline's checkpoint (stateful operators, keys, shuffle partitions, sources, ou
 Checking needs a Spark session, so it runs only when the code changed since it was last admitted
 (a fingerprint of the package and the catalog); a restart of the same code costs nothing. An
 incompatible start is refused with the verdict and its reasons, and written to the event log.
+Where no JVM may start (Airflow), the caller passes a `CompatCheck` that submits the check as a
+Spark job (`weir checkpoint compat`) instead of building a session in its own process.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +27,8 @@ if TYPE_CHECKING:
     from spark_jobs.catalog import Pipeline
 
 log = logging.getLogger(__name__)
+# The compatibility verdict of the current code on a pipeline's checkpoint, as `compat` returns it.
+CompatCheck = Callable[["Pipeline"], dict[str, Any]]
 
 
 class IncompatibleCodeError(RuntimeError):
@@ -46,8 +51,9 @@ def admitted_path(home: WeirHome, pipeline: str) -> Path:
 
 
 def admit(home: WeirHome, pipeline: Pipeline, *, actor: str, fingerprint: str | None = None,
-          spark: SparkSession | None = None) -> dict[str, Any]:
-    """Admit the current code for a start of `pipeline`, or raise `IncompatibleCodeError`."""
+          spark: SparkSession | None = None, check: CompatCheck | None = None) -> dict[str, Any]:
+    """Admit the current code for a start of `pipeline`, or raise `IncompatibleCodeError`. The
+    check runs through `check` when given, else in this process on `spark` (or a new session)."""
     from spark_jobs.control import eventlog
 
     fingerprint = fingerprint or code_fingerprint()
@@ -57,11 +63,7 @@ def admit(home: WeirHome, pipeline: Pipeline, *, actor: str, fingerprint: str | 
         return {"checked": False, "compatible": True, "verdict": "compatible (code unchanged)"}
     result: dict[str, Any] = {"checked": False, "compatible": True, "verdict": "compatible (no checkpoint)"}
     if topology.has_checkpoint(home, pipeline):
-        from spark_jobs.checkpoints.compat import compat
-        from spark_jobs.session import build_session
-
-        result = {"checked": True, **compat(spark or build_session(f"weir-compat-{pipeline.name}"),
-                                            home, pipeline)}
+        result = {"checked": True, **(check or _in_process(home, spark))(pipeline)}
     if not result["compatible"]:
         reasons = "; ".join(f"{r['query']}: {r['reason']}" for r in result.get("reasons", []))
         eventlog.record(pipeline.name, "deploy", "refused", actor=actor,
@@ -76,3 +78,14 @@ def admit(home: WeirHome, pipeline: Pipeline, *, actor: str, fingerprint: str | 
     tmp.replace(path)
     log.info("%s: code admitted (%s)", pipeline.name, result["verdict"])
     return result
+
+
+def _in_process(home: WeirHome, spark: SparkSession | None) -> CompatCheck:
+    """The check on `spark`, or on a session of this process (the CLI and the drivers)."""
+    def check(pipeline: Pipeline) -> dict[str, Any]:
+        from spark_jobs.checkpoints.compat import compat
+        from spark_jobs.session import build_session
+
+        return compat(spark or build_session(f"weir-compat-{pipeline.name}"), home, pipeline)
+
+    return check

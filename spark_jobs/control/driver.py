@@ -11,6 +11,7 @@ their owner's only (0600 in 0700 folders), and secret settings never reach the c
 from __future__ import annotations
 
 import datetime as dt
+import importlib.util
 import logging
 import os
 import signal
@@ -25,8 +26,19 @@ from spark_jobs.control.submit_secrets import PRIVATE_FILE, move_secret_conf, pr
 from spark_jobs.home import REPO_ROOT, WeirHome
 
 log = logging.getLogger(__name__)
-STREAM_ENTRY = REPO_ROOT / "spark_jobs" / "stream.py"
 VENV_PYTHON = Path(sys.executable)
+
+
+def entry_point(module: str) -> str:
+    """The file of `module` in the installed package, which spark-submit runs (a Python
+    application is a file); found without importing the module."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise RuntimeError(f"no module {module} in the installed weir package")
+    return spec.origin
+
+
+STREAM_ENTRY = entry_point("spark_jobs.stream")
 
 
 @dataclass(frozen=True)

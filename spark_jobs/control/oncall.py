@@ -4,6 +4,8 @@ of the `P_restart` DAG and the runbooks, so the event log has it once."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from spark_jobs.checkpoints import run_action
@@ -17,8 +19,11 @@ MODES = ("restart", "restore_backup", "reset")
 
 def restart(home: WeirHome, pipeline: str, *, actor: str, reason: str, mode: str = "restart",
             backup_id: str | None = None, reset_from: str | None = None, confirm: bool = False,
-            graceful_timeout_s: float = GRACEFUL_TIMEOUT_S) -> dict[str, Any]:
-    """Leave `pipeline` stopped (with `intent=restart`) and ready for its next deploy."""
+            graceful_timeout_s: float = GRACEFUL_TIMEOUT_S,
+            checkpoint: Callable[..., dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Leave `pipeline` stopped (with `intent=restart`) and ready for its next deploy.
+    `checkpoint` runs the restore or reset with `run_action`'s arguments (default: `run_action`
+    in this process; Airflow submits it as a `weir checkpoint` job)."""
     reason = (reason or "").strip()
     if not reason:
         raise UserError("an on-call restart needs a reason")
@@ -30,8 +35,9 @@ def restart(home: WeirHome, pipeline: str, *, actor: str, reason: str, mode: str
                           graceful_timeout_s=graceful_timeout_s)
     result: dict[str, Any] = {"stop": outcome.outcome, "driver_pid": outcome.driver_pid, "mode": mode}
     if mode != "restart":
-        result["checkpoint"] = run_action(
+        action = checkpoint or partial(run_action, home=home)
+        result["checkpoint"] = action(
             pipeline, "restore" if mode == "restore_backup" else "reset", backup_id=backup_id,
-            reset_from=reset_from, confirm=True, actor=actor, reason=reason, home=home)
+            reset_from=reset_from, confirm=True, actor=actor, reason=reason)
     eventlog.record(pipeline, "restart", "requested", actor=actor, reason=reason, details=result, home=home)
     return result

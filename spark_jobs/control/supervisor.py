@@ -25,7 +25,7 @@ from spark_jobs import catalog
 from spark_jobs.catalog import RestartPolicy
 from spark_jobs.control import eventlog
 from spark_jobs.control import lease as leases
-from spark_jobs.control.deploy_gate import admit
+from spark_jobs.control.deploy_gate import CompatCheck, admit
 from spark_jobs.control.driver import LaunchRecord, kill_launch, read_launch
 from spark_jobs.control.lease import iso, now_utc
 from spark_jobs.control.processes import signal_process, wait_gone
@@ -129,10 +129,13 @@ def automatic_restarts(events: list[dict[str, Any]]) -> tuple[str, ...]:
 class Supervisor:
     """One pipeline's supervisor: observes, decides, records; the caller launches and waits."""
 
-    def __init__(self, home: WeirHome, pipeline: str, policy: RestartPolicy | None = None) -> None:
+    def __init__(self, home: WeirHome, pipeline: str, policy: RestartPolicy | None = None, *,
+                 compat_check: CompatCheck | None = None) -> None:
         self.home = home
         self.pipeline = pipeline
         self.policy = policy or catalog.load(pipeline).restart_policy
+        # How the deploy gate checks changed code (the operator submits it: no JVM in Airflow).
+        self.compat_check = compat_check
         # What the last `Launch` was for, recorded once the caller reports the launch.
         self._pending: tuple[str, str, str | None, dict[str, Any]] = ("deploy", "airflow", None, {})
 
@@ -203,7 +206,7 @@ class Supervisor:
         if decision.clean_up_first:
             self.clean_up(kill_driver=False)
         # Changed code must fit the checkpoint (raises IncompatibleCodeError, recorded by the gate).
-        admit(self.home, catalog.load(self.pipeline), actor=actor)
+        admit(self.home, catalog.load(self.pipeline), actor=actor, check=self.compat_check)
         return decision
 
     def launched(self, record: LaunchRecord, *, master: str) -> None:

@@ -3,7 +3,8 @@ real task runs, XCom) on real data: `P_checkpoint` inspects, validates and backs
 `P_checkpoint_backup` backs up and prunes, `P_restart` restores a backup when confirmed through
 its Param, `P_maintenance` compacts silver and gold keeping their data, `P_dq` stores its results
 and fails (with an alert) when silver lost rows, `P_backfill` emits an asset event per table it
-replaced with its dates, and the analyst DAG on gold summarises gold's newest windows."""
+replaced with its dates, and the analyst DAG on gold summarises gold's newest windows. The DQ and
+checkpoint tasks start no JVM in the Airflow process: their Spark work is a submitted `weir` job."""
 
 from __future__ import annotations
 
@@ -271,3 +272,55 @@ def test_analyst_dag_summarises_the_newest_gold_windows_without_spark(fed: Fed, 
     assert summary["rows"] > 0 and summary["windows"] == recent.select("window_start").distinct().count()
     version = DeltaTable.forPath(spark, str(fed.tables.gold)).history(1).first()["version"]
     assert summary["version"] == version, summary
+
+
+# Runs the DQ, checkpoint and restart DAGs and the deploy gate's Airflow check in a fresh
+# interpreter (the test process holds the `spark` fixture's JVM), and reports whether that
+# interpreter ever launched a Py4J gateway, i.e. a JVM.
+TASK_PROCESS = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from spark_jobs import catalog
+from spark_jobs.control.deploy_gate import admit
+from spark_jobs.home import WeirHome
+from weir_airflow.dag_factory import pipeline_dags
+
+P = sys.argv[2]
+dags = pipeline_dags(P)
+states = {}
+for dag_id, conf in (("dq", None), ("checkpoint", {"action": "inspect"}),
+                     ("checkpoint", {"action": "backup"}),
+                     ("restart", {"reason": "no JVM here", "mode": "restore_backup",
+                                  "backup_id": "latest", "confirm": True})):
+    run = dags[f"{P}_{dag_id}"].test(run_conf=conf)
+    what = (conf or {}).get("action") or (conf or {}).get("mode") or ""
+    states[f"{dag_id} {what}".strip()] = str(run.state)
+# What the supervisor operator's deploy gate runs when the code changed: a submitted compat check.
+# The fixture streamed with fewer shuffle partitions than the catalog's entry: the gate refuses.
+from spark_jobs.control.deploy_gate import IncompatibleCodeError
+from weir_airflow.tasks import submitted_compat_check
+try:
+    gate = admit(WeirHome.from_env(), catalog.load(P), actor="test", fingerprint="changed",
+                 check=submitted_compat_check())
+except IncompatibleCodeError as err:
+    gate = {"refused": str(err)}
+pyspark = sys.modules.get("pyspark")
+gateway = getattr(getattr(pyspark, "SparkContext", None), "_gateway", None)
+with open(sys.argv[3], "w") as out:   # not stdout: Spark and Airflow log there until exit
+    json.dump({"states": states, "gate": gate, "jvm_started": gateway is not None}, out)
+"""
+
+
+@pytest.mark.timeout(1500)   # five spark-submitted jobs, each a JVM start on a shared machine
+def test_dq_checkpoint_restart_tasks_and_the_deploy_gate_start_no_jvm_in_the_airflow_process(
+        fed: Fed, tmp_path: Path) -> None:
+    plugins = Path(__file__).resolve().parents[2] / "plugins"
+    report = tmp_path / "task-process.json"
+    out = subprocess.run([sys.executable, "-c", TASK_PROCESS, str(plugins), P, str(report)],
+                         env=dict(os.environ), capture_output=True, text=True, timeout=850)
+    assert out.returncode == 0, (out.stdout[-2000:], out.stderr[-3000:])
+    seen = json.loads(report.read_text())
+    assert seen["states"] == {"dq": "success", "checkpoint inspect": "success",
+                              "checkpoint backup": "success", "restart restore_backup": "success"}, seen
+    assert "shuffle partitions" in seen["gate"].get("refused", ""), seen
+    assert seen["jvm_started"] is False, seen

@@ -65,3 +65,34 @@ def test_the_daily_backfill_reconciles_the_day_that_ended_and_backfill_create_th
 
     manual = dag.timetable.infer_manual_data_interval(run_after=pendulum.datetime(2026, 11, 21, 9, 30))
     assert backfill_dates([type(scheduled)(run_after=None, data_interval=manual)]) == ["2026-11-20"]
+
+
+@pytest.mark.parametrize("action", ["inspect", "validate", "backup", "backups", "restore", "rewind", "reset",
+                                    "prune", "compat"])
+def test_checkpoint_params_become_a_weir_command_line_with_the_same_arguments(
+        action: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`P_checkpoint` submits `weir checkpoint`: each Param reaches the action that takes it, a
+    reason starting with a dash stays a reason, and the result file is accepted under WEIR_HOME."""
+    from weir_airflow.dag_factory import CHECKPOINT_ACTIONS
+
+    from spark_jobs.cli import build_parser
+    from spark_jobs.commands.checkpoint import command_line
+
+    assert action in CHECKPOINT_ACTIONS
+    monkeypatch.setenv("WEIR_HOME", str(tmp_path))
+    argv = command_line(P, action, backup_id="20261120T090000Z", reset_from="latest", keep=3,
+                        dry_run=True, confirm=True, reason="-INC-7: bad offsets")
+    args = build_parser().parse_args([*argv, "--result-file", str(tmp_path / "result.json")])
+    destructive = action in ("restore", "rewind", "reset", "prune")
+    seen = {key: getattr(args, key, None) for key in ("backup_id", "reset_from", "keep", "dry_run", "yes",
+                                                      "reason")}
+    assert (args.command, args.action, args.pipeline, args.result_file) == (
+        "checkpoint", action, P, tmp_path / "result.json")
+    assert seen == {
+        "backup_id": "20261120T090000Z" if action in ("restore", "rewind") else None,
+        "reset_from": "latest" if action == "reset" else None,
+        "keep": 3 if action == "prune" else None,
+        "dry_run": True if destructive or action == "backup" else None,
+        "yes": True if destructive else None,
+        "reason": "-INC-7: bad offsets" if destructive or action == "backup" else None,
+    }, seen
