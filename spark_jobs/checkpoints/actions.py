@@ -69,7 +69,7 @@ def run_action(pipeline: str, action: str, *, backup_id: str | None = None,
         home.confine(path)
     if action in DESTRUCTIVE and not (confirm or dry_run):
         raise ConfirmationRequiredError(
-            f"{action} of {p.name} is destructive: confirm it (--yes on the CLI, the confirm Param in "
+            f"{action} of {p.name} is destructive: confirm it (--yes on the CLI, the approval in "
             "Airflow) or preview it with --dry-run")
     started = time.monotonic()
     with holding(home, p.name, action, dry_run=dry_run):
