@@ -1,10 +1,13 @@
 """Every Delta table of a pipeline as an Airflow Asset, so DAGs can be scheduled on data landing.
 
 An asset is named `<layer>.<table>` (as the DQ results name tables: `gold.playback_qoe_1m`) and its
-URI is the table's location. Each carries an `AssetWatcher` (`DeltaCommitTrigger`) that turns the
-stream's commits into asset events, at most one per table per catalog-set interval; a back-fill
-emits its events as task outlets, with the dates it re-derived in the event's extra. Declarations
-only: building them does no I/O, so DAG files stay cheap to parse.
+URI is `weir://<layer>/<table>`: the table's identity in the deployment, not its location, so
+moving `WEIR_HOME` (or a test's own home beside another's in one Airflow database) never makes
+Airflow see one name with two URIs, which it refuses as an inactive asset. Each carries an
+`AssetWatcher` (`DeltaCommitTrigger`, given the table's location) that turns the stream's commits
+into asset events, at most one per table per catalog-set interval; a back-fill emits its events
+as task outlets, with the dates it re-derived in the event's extra. Declarations only: building
+them does no I/O, so DAG files stay cheap to parse.
 """
 
 from __future__ import annotations
@@ -30,6 +33,10 @@ def asset_name(layer: str, table: str) -> str:
     return f"{layer}.{table}"
 
 
+def asset_uri(layer: str, table: str) -> str:
+    return f"weir://{layer}/{table}"
+
+
 def pipeline_assets(name: str, home: WeirHome | None = None) -> dict[str, Asset]:
     """The assets of pipeline `name`'s tables, by layer (bronze, silver, quarantine, gold, dim).
 
@@ -44,7 +51,8 @@ def pipeline_assets(name: str, home: WeirHome | None = None) -> dict[str, Asset]
         label = asset_name(layer, path.name)
         interval = DEFAULT_ASSET_EVENT_INTERVAL_S if layer == "dim" else pipeline.asset_event_interval_s
         trigger = DeltaCommitTrigger(table_uri=str(path), asset_name=label, interval_s=interval)
-        assets[layer] = Asset(name=label, uri=path.as_uri(), extra={"layer": layer, "format": "delta"},
+        assets[layer] = Asset(name=label, uri=asset_uri(layer, path.name),
+                              extra={"layer": layer, "format": "delta"},
                               watchers=[AssetWatcher(name=f"{label}.commits", trigger=trigger)])
     return assets
 

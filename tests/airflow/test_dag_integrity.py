@@ -130,7 +130,7 @@ def test_every_table_is_an_asset_named_by_layer_with_its_location_and_commit_wat
         for layer, path in PipelineTables.of(home, pipeline).named().items():
             asset = declared.get(f"{layer}.{path.name}")
             assert asset is not None, f"{name}: no asset for {layer} table {path}"
-            assert asset["uri"] == path.as_uri() and asset["extra"]["layer"] == layer, asset
+            assert asset["uri"] == f"weir://{layer}/{path.name}" and asset["extra"]["layer"] == layer, asset
             interval = (catalog.DEFAULT_ASSET_EVENT_INTERVAL_S if layer == "dim"
                         else pipeline.asset_event_interval_s)
             assert asset["watchers"] == [[f"{layer}.{path.name}.commits",
@@ -158,5 +158,5 @@ def test_analyst_dag_is_scheduled_on_the_playback_gold_asset(parsed: dict) -> No
     summary = parsed["dags"]["playback_gold_summary"]
     [gold] = summary["schedule_assets"]
     assert gold["name"] == "gold.playback_qoe_1m"
-    assert gold["uri"] == (Path(parsed["weir_home"]) / "tables" / "gold" / "playback_qoe_1m").as_uri()
+    assert gold["uri"] == "weir://gold/playback_qoe_1m"
     assert summary["tasks"] == ["summarise"] and summary["max_active_runs"] == 1
