@@ -9,86 +9,26 @@ replayed micro-batch (after a crash, or after a checkpoint restore) changes noth
 - `reconcile`: make a range of a table equal re-derived rows by one MERGE of the differences,
   deleting only rows the caller owns (back-fill: never what the stream committed meanwhile).
 
-A leased driver's writes carry its fencing token into each Delta commit (`Fencing`), so a driver
-that lost its lease cannot commit even if it was paused between its lease check and its commit.
-
 Concurrent commits (stream + back-fill + compaction) are retried within a bound, never lost.
 """
 
 from __future__ import annotations
 
 import datetime
-import itertools
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 MAX_ATTEMPTS = 8
-
-
-@dataclass
-class Fencing:
-    """A lease holder's fencing token, carried into every Delta commit it makes.
-
-    Each commit sets Delta's application transaction `weir.lease.<pipeline>` to a version that
-    grows with the token (token × 2^32 + a count of this holder's writes). Delta makes a
-    transaction that checked that id conflict with any concurrent commit that set it, and skips
-    a write whose version is not above the table's. So once a newer holder has committed to a
-    table, an older holder's commit in flight fails (and its retry, like any later write of it,
-    commits nothing): a driver paused between its lease check and its commit cannot write."""
-
-    pipeline: str
-    token: int
-    _writes: Iterator[int] = field(default_factory=lambda: itertools.count(1), repr=False)
-
-    @property
-    def app_id(self) -> str:
-        return f"weir.lease.{self.pipeline}"
-
-    def next_version(self) -> int:
-        return (self.token << 32) | next(self._writes)
-
-    def apply(self, writer: DataFrameWriter) -> DataFrameWriter:
-        """A DataFrame write carrying the token (Delta's `txnAppId`/`txnVersion` options)."""
-        return writer.option("txnAppId", self.app_id).option("txnVersion", self.next_version())
-
-    @classmethod
-    def used_tokens(cls, pipeline: str, paths: Iterable[Path]) -> int:
-        """The highest token any commit to these tables carried (0: none). Read from the Delta
-        logs without a JVM."""
-        from deltalake import DeltaTable as LogReader
-
-        app_id = cls(pipeline, 0).app_id
-        versions = [LogReader(str(path)).transaction_version(app_id) or 0
-                    for path in paths if (path / "_delta_log").is_dir()]
-        return max(versions, default=0) >> 32
-
-    @contextmanager
-    def in_session(self, spark: SparkSession) -> Iterator[None]:
-        """DML (MERGE) in `spark` carrying the token: Delta reads it from the session's conf, so
-        the session must run no other Delta DML meanwhile (each streaming query has its own)."""
-        spark.conf.set("spark.databricks.delta.write.txnAppId", self.app_id)
-        spark.conf.set("spark.databricks.delta.write.txnVersion", str(self.next_version()))
-        try:
-            yield
-        finally:
-            spark.conf.unset("spark.databricks.delta.write.txnAppId")
-            spark.conf.unset("spark.databricks.delta.write.txnVersion")
-
-
-def _fenced(fencing: Fencing | None, spark: SparkSession) -> AbstractContextManager[None]:
-    return fencing.in_session(spark) if fencing is not None else nullcontext()
 
 
 CONFLICT_CLASSES = ("[DELTA_CONCURRENT_", "[DELTA_METADATA_CHANGED]", "[DELTA_PROTOCOL_CHANGED]")
@@ -152,8 +92,7 @@ def in_list(column: str, values: Iterable[object]) -> str:
     return f"t.`{column}` IN ({', '.join(sql_literal(v) for v in vals)})"
 
 
-def append_new(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | None = None,
-               fencing: Fencing | None = None) -> None:
+def append_new(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | None = None) -> None:
     """Append the rows of `df` whose key is not in the table yet. An anti-join plus a blind
     append in one job: several times cheaper than a MERGE, and exact as long as nobody else writes
     the table meanwhile (the driver's lease guarantees that for bronze and quarantine). A replay
@@ -164,12 +103,11 @@ def append_new(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | No
     existing = df.sparkSession.read.format("delta").load(str(path))
     if prune:
         existing = existing.alias("t").where(F.expr(prune))
-    writer = df.join(existing.select(*keys), on=keys, how="left_anti").write.format("delta").mode("append")
-    (fencing.apply(writer) if fencing is not None else writer).save(str(path))
+    df.join(existing.select(*keys), on=keys, how="left_anti").write.format("delta").mode(
+        "append").save(str(path))
 
 
-def insert_new(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | None = None,
-               fencing: Fencing | None = None) -> None:
+def insert_new(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | None = None) -> None:
     """Insert rows of `df` whose key is not yet in the table (`df` must be unique by key).
     `prune` is a SQL predicate on the target `t` that bounds where a key can already be."""
     from delta.tables import DeltaTable
@@ -177,9 +115,8 @@ def insert_new(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | No
     condition = " AND ".join([f"t.`{k}` = s.`{k}`" for k in key] + ([prune] if prune else []))
 
     def merge() -> None:
-        with _fenced(fencing, df.sparkSession):
-            (DeltaTable.forPath(df.sparkSession, str(path)).alias("t")
-             .merge(df.alias("s"), condition).whenNotMatchedInsertAll().execute())
+        (DeltaTable.forPath(df.sparkSession, str(path)).alias("t")
+         .merge(df.alias("s"), condition).whenNotMatchedInsertAll().execute())
 
     retry_conflicts(merge, what=f"insert into {path}")
 
@@ -196,18 +133,16 @@ def partitions_holding(df: DataFrame, path: Path, key: Sequence[str], partition:
     return [row[0] for row in held.select(partition).distinct().collect()]
 
 
-def upsert(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | None = None,
-           fencing: Fencing | None = None) -> None:
+def upsert(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | None = None) -> None:
     """Set the row of every key of `df` (null-safe keys), inserting the new ones."""
     from delta.tables import DeltaTable
 
     condition = " AND ".join([f"t.`{k}` <=> s.`{k}`" for k in key] + ([prune] if prune else []))
 
     def merge() -> None:
-        with _fenced(fencing, df.sparkSession):
-            (DeltaTable.forPath(df.sparkSession, str(path)).alias("t")
-             .merge(df.alias("s"), condition)
-             .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+        (DeltaTable.forPath(df.sparkSession, str(path)).alias("t")
+         .merge(df.alias("s"), condition)
+         .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
 
     retry_conflicts(merge, what=f"upsert into {path}")
 
