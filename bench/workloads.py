@@ -361,7 +361,7 @@ def ingest_profile_once(spark: SparkSession, spec: Spec, data: Dataset, name: st
     lines = spark.read.text(data.path)
     batch = bronze_columns(lines, value=F.col("value"), source=F.col("_metadata.file_path"),
                            position=F.monotonically_increasing_id()).persist()
-    rules = row_rules.of(p.name)
+    rules = p.row_rules
     t = ensure_tables(spark, fresh_home(spec, f"{name}-steps"), p)
     parsed = timed("1 parse + row rules (cached)",
                    lambda: row_rules.with_rules(transforms.parse(batch, p), rules).persist())

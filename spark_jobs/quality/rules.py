@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from spark_jobs import catalog
 from spark_jobs.catalog import RowRule
 from spark_jobs.transforms import REASON
 
@@ -80,9 +79,3 @@ def check(counts: dict[str, int], rules: tuple[RowRule, ...], *, pipeline: str, 
                  ", ".join(f"{k}={v}" for k, v in counts.items()))
     if broken:
         raise RowRuleViolation(f"{pipeline} batch {batch_id}: fail rule(s) broken: {', '.join(broken)}")
-
-
-def of(pipeline: str) -> tuple[RowRule, ...]:
-    """The row-level rules of `pipeline`, from its catalog entry (the stream's and the back-fill's
-    one source for them)."""
-    return catalog.load(pipeline).row_rules

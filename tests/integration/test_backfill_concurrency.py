@@ -46,7 +46,7 @@ def derived_from_bronze(spark: SparkSession, pipeline: Pipeline, tables: Pipelin
                         ) -> tuple[DataFrame, DataFrame]:
     """(silver, quarantine) as the shared transforms make them from the whole of bronze."""
     parsed = row_rules.with_rules(transforms.parse(table(spark, tables.bronze), pipeline),
-                                  row_rules.of(pipeline.name))
+                                  pipeline.row_rules)
     return (transforms.silver(parsed, read_dimension(spark, tables), pipeline),
             transforms.rejects(parsed))
 

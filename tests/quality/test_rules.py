@@ -42,7 +42,7 @@ def counted(parsed: DataFrame, declared: tuple[RowRule, ...], batch_id: int) -> 
 
 def test_quarantine_rules_route_rows_and_are_counted(spark: SparkSession) -> None:
     pipeline = catalog.load("playback")
-    declared = rules.of("playback")
+    declared = pipeline.row_rules
     assert {r.name for r in declared} >= {"buffer_end_has_duration", "error_has_code"}
     batch = bronze(spark, [
         event("ok-1", "start"),
@@ -99,7 +99,7 @@ def test_a_rule_declared_in_a_catalog_entry_is_applied(
     write_entry(tmp_path, "ruled", "(RowRule('not_on_tv', \"device <> 'tv'\"),)")
     monkeypatch.setenv("WEIR_CONF", str(tmp_path))
     pipeline = catalog.load("ruled")
-    declared = rules.of("ruled")                         # what the stream and the back-fill call
+    declared = pipeline.row_rules                        # what the stream and the back-fill apply
     assert declared == (RowRule("not_on_tv", "device <> 'tv'", "quarantine"),)
     batch = bronze(spark, [event("phone", "start", device="phone"), event("tv", "start", device="tv"),
                            event("unknown", "start")])
