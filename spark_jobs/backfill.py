@@ -30,7 +30,7 @@ from spark_jobs.errors import UserError
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables, ensure_tables, read_dimension
 from spark_jobs.quality import rules as row_rules
-from spark_jobs.tables import reconcile, retry_conflicts, sql_literal
+from spark_jobs.tables import Fencing, reconcile, retry_conflicts, save_fenced, sql_literal
 from spark_jobs.topology import has_started
 
 if TYPE_CHECKING:
@@ -188,7 +188,7 @@ def _reconcile_gold(spark: SparkSession, tables: PipelineTables, pipeline: Pipel
 
 
 def rebuild_gold(spark: SparkSession, pipeline: Pipeline, home: WeirHome,
-                 tables: PipelineTables) -> int | None:
+                 tables: PipelineTables, fencing: Fencing | None = None) -> int | None:
     """Before a gold query starts on a fresh checkpoint (first start, reset): set gold to the
     aggregates of silver as of its latest version V in one batch job, and mark that commit so the
     query reads silver from V+1 (`queries.gold_starting_version`). Re-reading an existing silver
@@ -201,9 +201,12 @@ def rebuild_gold(spark: SparkSession, pipeline: Pipeline, home: WeirHome,
     silver = spark.read.format("delta").option("versionAsOf", version).load(str(tables.silver))
     windows = transforms.aggregate(silver, pipeline)
     marker = json.dumps({queries.GOLD_REBUILT_FROM: version})
-    retry_conflicts(lambda: windows.write.format("delta").mode("overwrite")
-                    .option("userMetadata", marker).save(str(tables.gold)),
-                    what=f"rebuild {tables.gold}")
+
+    def overwrite() -> None:
+        writer = windows.write.format("delta").mode("overwrite").option("userMetadata", marker)
+        save_fenced(writer, tables.gold, fencing)
+
+    retry_conflicts(overwrite, what=f"rebuild {tables.gold}")
     log.info("%s: gold rebuilt from silver version %d; the gold query starts after it",
              pipeline.name, version)
     return version

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, TypeVar
 from spark_jobs import catalog, queries, transforms
 from spark_jobs.backfill import rebuild_gold
 from spark_jobs.control import progress
-from spark_jobs.control.lease import fence
+from spark_jobs.control.lease import fence, fencing
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables, ensure_tables, read_dimension
 from spark_jobs.quality import rules as row_rules
-from spark_jobs.tables import append_new, in_list, insert_new, partitions_holding, upsert
+from spark_jobs.tables import Fencing, append_new, in_list, insert_new, partitions_holding, upsert
 from spark_jobs.topology import QUERIES, checkpoint_location, query_name
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ class IngestBatch:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         fence(self.pipeline.name)
-        p, t = self.pipeline, self.tables
+        p, t, token = self.pipeline, self.tables, fencing(self.pipeline.name)
         started = time.monotonic()
         # stored in bronze so that a back-fill reads only the files of its dates
         batch = batch.withColumn(transforms.EVENT_DATE_HINT, transforms.event_date_hint(p)).persist()
@@ -99,25 +99,29 @@ class IngestBatch:
             # Bronze before silver: the back-fill re-derives silver from bronze, so a silver row
             # committed ahead of its bronze row could be erased by a back-fill reading bronze in
             # between. Quarantine and the silver rows' preparation do not depend on bronze.
-            first = {"bronze": lambda: append_new(batch, t.bronze, transforms.BRONZE_KEY, prune=by_source)}
+            first = {"bronze": lambda: append_new(batch, t.bronze, transforms.BRONZE_KEY,
+                                                  prune=by_source, fencing=token)}
             if summary.rejects:
                 # a MERGE, not an append: a back-fill may be inserting the same lines' rows (it
                 # reads bronze, which commits beside this), and only a MERGE conflicts with that
                 first["quarantine"] = lambda: insert_new(
-                    transforms.rejects(parsed), t.quarantine, transforms.BRONZE_KEY, prune=by_source)
+                    transforms.rejects(parsed), t.quarantine, transforms.BRONZE_KEY, prune=by_source,
+                    fencing=token)
             if summary.dates:
                 # A MERGE source must not change its cached parts while the MERGE runs (Delta
                 # checks); a local checkpoint makes it a leaf nothing else can touch.
                 first["silver rows"] = lambda: transforms.silver(
                     parsed, read_dimension(batch.sparkSession, t), p).localCheckpoint()
-            fence(p.name)
             done = run_concurrently(first, what=f"{p.name} ingest batch {batch_id}")
             if summary.dates:
                 rows = done["silver rows"]
                 # an event resent with another event time stands under another date already
                 dates = {*summary.dates, *partitions_holding(rows, t.silver, (p.key,), "event_date")}
-                fence(p.name)
-                insert_new(rows, t.silver, (p.key,), prune=in_list("event_date", sorted(dates)))
+                insert_new(rows, t.silver, (p.key,), prune=in_list("event_date", sorted(dates)),
+                           fencing=token)
+            # A write the fencing token made Delta skip (a newer holder committed) is loud here,
+            # before Spark records the batch as done.
+            fence(p.name)
             log.info("%s ingest batch %d: %d source(s), %d reject(s), %d date(s) written in %.1fs",
                      p.name, batch_id, len(summary.sources), summary.rejects, len(summary.dates),
                      time.monotonic() - started)
@@ -152,9 +156,9 @@ class GoldBatch:
         windows = windows.localCheckpoint()   # a stable MERGE source, see IngestBatch
         dates = [row[0] for row in windows.select("event_date").distinct().collect()]
         if dates:
-            fence(self.pipeline.name)
             upsert(windows, self.tables.gold, transforms.gold_key(self.pipeline),
-                   prune=in_list("event_date", dates))
+                   prune=in_list("event_date", dates), fencing=fencing(self.pipeline.name))
+        fence(self.pipeline.name)   # a skipped (fenced) write is loud, see IngestBatch
         log.info("%s gold batch %d: %d date(s) updated", self.pipeline.name, batch_id, len(dates))
 
 
@@ -210,7 +214,8 @@ def run(pipeline: Pipeline, *, once: bool = False, home: WeirHome | None = None,
     home = home or WeirHome.from_env()
     stop = stop or threading.Event()
     shuffle = {"spark.sql.shuffle.partitions": str(pipeline.shuffle_partitions)}
-    with leases.acquire(home, pipeline.name) as lease:
+    used = Fencing.used_tokens(pipeline.name, PipelineTables.of(home, pipeline).named().values())
+    with leases.acquire(home, pipeline.name, used_tokens=used) as lease:
         spark = spark or build_session(f"weir-{pipeline.name}", conf=shuffle)
         # A stateful query pins its shuffle partitions in the checkpoint: a session passed in
         # (tests, benchmarks) runs with the pipeline's own, as a deployed driver does.
@@ -228,7 +233,8 @@ def run(pipeline: Pipeline, *, once: bool = False, home: WeirHome | None = None,
 def _run_queries(spark: SparkSession, pipeline: Pipeline, home: WeirHome, *, once: bool,
                  stop: threading.Event, monitor: DriverMonitor) -> None:
     tables = ensure_tables(spark, home, pipeline)
-    rebuild_gold(spark, pipeline, home, tables)  # a fresh gold query does not re-stream silver
+    # a fresh gold query does not re-stream silver
+    rebuild_gold(spark, pipeline, home, tables, fencing(pipeline.name))
     if once:
         for name in QUERIES:
             query = start_query(spark, pipeline, home, tables, name, once=True)

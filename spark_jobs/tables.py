@@ -9,26 +9,116 @@ replayed micro-batch (after a crash, or after a checkpoint restore) changes noth
 - `reconcile`: make a range of a table equal re-derived rows by one MERGE of the differences,
   deleting only rows the caller owns (back-fill: never what the stream committed meanwhile).
 
+A leased driver's writes carry its fencing token into each Delta commit (`Fencing`), so a driver
+that lost its lease cannot commit even if it was paused between its lease check and its commit.
+
 Concurrent commits (stream + back-fill + compaction) are retried within a bound, never lost.
 """
 
 from __future__ import annotations
 
 import datetime
+import itertools
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
     from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 MAX_ATTEMPTS = 8
+
+
+@dataclass
+class Fencing:
+    """A lease holder's fencing token, carried into every Delta commit it makes.
+
+    Each commit sets Delta's application transaction `weir.lease.<pipeline>` to a version that
+    grows with the token (token × 2^32 + a count of this holder's writes). Delta makes a
+    transaction that checked that id conflict with any concurrent commit that set it, and skips
+    a write whose version is not above the table's. So once a newer holder has committed to a
+    table, an older holder's commit in flight fails (and its retry, like any later write of it,
+    commits nothing): a driver paused between its lease check and its commit cannot write."""
+
+    pipeline: str
+    token: int
+    _writes: Iterator[int] = field(default_factory=lambda: itertools.count(1), repr=False)
+
+    @property
+    def app_id(self) -> str:
+        return f"weir.lease.{self.pipeline}"
+
+    def next_version(self) -> int:
+        return (self.token << 32) | next(self._writes)
+
+    def save(self, writer: DataFrameWriter, path: Path) -> None:
+        """A DataFrame write carrying the token (Delta's `txnAppId`/`txnVersion` options)."""
+        version = self.next_version()
+        writer.option("txnAppId", self.app_id).option("txnVersion", version).save(str(path))
+        self.landed(path, version)
+
+    def dml(self, spark: SparkSession, path: Path, statement: Callable[[], None]) -> None:
+        """DML (MERGE) on `path` carrying the token: Delta reads it from the session's conf, so
+        the session must run no other Delta DML meanwhile (each streaming query has its own)."""
+        version = self.next_version()
+        spark.conf.set("spark.databricks.delta.write.txnAppId", self.app_id)
+        spark.conf.set("spark.databricks.delta.write.txnVersion", str(version))
+        try:
+            statement()
+        finally:
+            spark.conf.unset("spark.databricks.delta.write.txnAppId")
+            spark.conf.unset("spark.databricks.delta.write.txnVersion")
+        self.landed(path, version)
+
+    def landed(self, path: Path, version: int) -> None:
+        """Raise `FencedWriteError` unless the table's last commit under the token is `version`:
+        Delta skips a write whose version is not above the table's without a word, and a skip
+        means a newer holder has committed (or a bug): never a silent loss."""
+        from deltalake import DeltaTable as LogReader
+
+        found = LogReader(str(path)).transaction_version(self.app_id)
+        if found != version:
+            raise FencedWriteError(
+                f"{self.pipeline}: a write to {path} did not land (fencing version {version}, "
+                f"the table carries {found}): a newer lease holder has committed; this driver stops")
+
+    @classmethod
+    def used_tokens(cls, pipeline: str, paths: Iterable[Path]) -> int:
+        """The highest token any commit to these tables carried (0: none). Read from the Delta
+        logs without a JVM."""
+        from deltalake import DeltaTable as LogReader
+
+        app_id = cls(pipeline, 0).app_id
+        versions = [LogReader(str(path)).transaction_version(app_id) or 0
+                    for path in paths if (path / "_delta_log").is_dir()]
+        return max(versions, default=0) >> 32
+
+
+class FencedWriteError(RuntimeError):
+    """A fenced write did not land: this process no longer holds the pipeline's lease."""
+
+
+def save_fenced(writer: DataFrameWriter, path: Path, fencing: Fencing | None) -> None:
+    """`writer.save(path)`, carrying the token of a leased driver (None: not a driver)."""
+    if fencing is None:
+        writer.save(str(path))
+    else:
+        fencing.save(writer, path)
+
+
+def _dml(spark: SparkSession, path: Path, statement: Callable[[], None],
+         fencing: Fencing | None) -> None:
+    if fencing is None:
+        statement()
+    else:
+        fencing.dml(spark, path, statement)
 
 
 CONFLICT_CLASSES = ("[DELTA_CONCURRENT_", "[DELTA_METADATA_CHANGED]", "[DELTA_PROTOCOL_CHANGED]")
@@ -92,7 +182,8 @@ def in_list(column: str, values: Iterable[object]) -> str:
     return f"t.`{column}` IN ({', '.join(sql_literal(v) for v in vals)})"
 
 
-def append_new(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | None = None) -> None:
+def append_new(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | None = None,
+               fencing: Fencing | None = None) -> None:
     """Append the rows of `df` whose key is not in the table yet. An anti-join plus a blind
     append in one job: several times cheaper than a MERGE, and exact as long as nobody else writes
     the table meanwhile (the driver's lease guarantees that for bronze and quarantine). A replay
@@ -103,11 +194,12 @@ def append_new(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | No
     existing = df.sparkSession.read.format("delta").load(str(path))
     if prune:
         existing = existing.alias("t").where(F.expr(prune))
-    df.join(existing.select(*keys), on=keys, how="left_anti").write.format("delta").mode(
-        "append").save(str(path))
+    new = df.join(existing.select(*keys), on=keys, how="left_anti")
+    save_fenced(new.write.format("delta").mode("append"), path, fencing)
 
 
-def insert_new(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | None = None) -> None:
+def insert_new(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | None = None,
+               fencing: Fencing | None = None) -> None:
     """Insert rows of `df` whose key is not yet in the table (`df` must be unique by key).
     `prune` is a SQL predicate on the target `t` that bounds where a key can already be."""
     from delta.tables import DeltaTable
@@ -115,8 +207,8 @@ def insert_new(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | No
     condition = " AND ".join([f"t.`{k}` = s.`{k}`" for k in key] + ([prune] if prune else []))
 
     def merge() -> None:
-        (DeltaTable.forPath(df.sparkSession, str(path)).alias("t")
-         .merge(df.alias("s"), condition).whenNotMatchedInsertAll().execute())
+        _dml(df.sparkSession, path, lambda: DeltaTable.forPath(df.sparkSession, str(path)).alias("t")
+             .merge(df.alias("s"), condition).whenNotMatchedInsertAll().execute(), fencing)
 
     retry_conflicts(merge, what=f"insert into {path}")
 
@@ -133,16 +225,17 @@ def partitions_holding(df: DataFrame, path: Path, key: Sequence[str], partition:
     return [row[0] for row in held.select(partition).distinct().collect()]
 
 
-def upsert(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | None = None) -> None:
+def upsert(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | None = None,
+           fencing: Fencing | None = None) -> None:
     """Set the row of every key of `df` (null-safe keys), inserting the new ones."""
     from delta.tables import DeltaTable
 
     condition = " AND ".join([f"t.`{k}` <=> s.`{k}`" for k in key] + ([prune] if prune else []))
 
     def merge() -> None:
-        (DeltaTable.forPath(df.sparkSession, str(path)).alias("t")
-         .merge(df.alias("s"), condition)
-         .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+        _dml(df.sparkSession, path, lambda: DeltaTable.forPath(df.sparkSession, str(path)).alias("t")
+             .merge(df.alias("s"), condition)
+             .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute(), fencing)
 
     retry_conflicts(merge, what=f"upsert into {path}")
 

@@ -7,8 +7,10 @@ Every acquisition gets the next fencing token (a counter kept in `fencing.json`,
 Whether a holder still counts is judged once, in `spark_jobs.control.liveness`: a lease may be
 taken over once its holder is provably gone on this host or its own renewal is older than the
 TTL. A holder that was paused past the TTL may wake up after a take-over: `Lease.check` (called
-by the driver before each batch and each Delta commit, through `fence`) raises `LeaseLostError`
-when its token is no longer the current one or its renewal has expired, so it commits nothing.
+by the driver before and after each batch, through `fence`) raises `LeaseLostError` when its
+token is no longer the current one or its renewal has expired; and the token travels inside each
+of its Delta commits (`spark_jobs.tables.Fencing`), so a commit it had in flight, or starts
+before it checks again, cannot land once the new holder has committed.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from spark_jobs.control.liveness import Liveness, holder_may_commit, judge, leas
 from spark_jobs.control.processes import ProcessRef
 from spark_jobs.errors import UserError
 from spark_jobs.home import WeirHome
+from spark_jobs.tables import Fencing
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +165,13 @@ def holder(home: WeirHome, pipeline: str, ttl_s: float | None = None) -> LeaseRe
 _held: dict[str, Lease] = {}
 
 
+def fencing(pipeline: str) -> Fencing | None:
+    """The fencing token this process's lease on `pipeline` puts into its Delta commits (None: no
+    lease held, nothing to fence)."""
+    held = _held.get(pipeline)
+    return held.fencing if held is not None else None
+
+
 def fence(pipeline: str) -> None:
     """Raise `LeaseLostError` unless this process still holds `pipeline`'s lease. A process that
     never took it (a benchmark running one batch by hand) is no driver: nothing to fence."""
@@ -179,6 +189,7 @@ class Lease:
         self.record = record
         self.ttl_s = lease_ttl_s() if ttl_s is None else ttl_s
         self.lost: str | None = None
+        self.fencing = Fencing(record.pipeline, record.fencing_token)
         self._released = threading.Event()
         self._keepalive = threading.Thread(target=self._renew_loop, daemon=True,
                                            name=f"weir-lease-{record.pipeline}")
@@ -257,14 +268,17 @@ class Lease:
 
 
 def acquire(home: WeirHome, pipeline: str, ttl_s: float | None = None, *,
-            holder: str = "driver") -> Lease:
+            holder: str = "driver", used_tokens: int = 0) -> Lease:
     """Take the pipeline's lease for this process with the next fencing token and keep it renewed,
     or raise `LeaseHeldError` naming the live holder. `holder` says what holds it: a driver, or a
-    checkpoint action that keeps the pipeline still."""
+    checkpoint action that keeps the pipeline still. The token is above `used_tokens` too (the
+    highest the pipeline's tables carry: a lost `fencing.json` must not make the next driver's
+    commits older than its predecessors', which Delta would skip)."""
     me = ProcessRef.current()
     with _locked(home, pipeline):
         current = read(home, pipeline)
-        last_token = int((read_json(fencing_path(home, pipeline)) or {}).get("fencing_token") or 0)
+        last_token = max(used_tokens, int((read_json(fencing_path(home, pipeline)) or {})
+                                          .get("fencing_token") or 0))
         if current is not None:
             state = liveness(current, ttl_s)
             if not state.takeable:

@@ -9,9 +9,11 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from pyspark.sql.types import StringType, StructField, StructType
 
 from spark_jobs import stream, topology
 from spark_jobs.generator import generate
@@ -92,3 +94,46 @@ def test_a_paused_driver_is_fenced_after_a_takeover(spark, home: WeirHome, tmp_p
     assert_exactly_once(table(spark, tables.silver), ("event_id",), written.event_ids, "silver")
     bronze = table(spark, tables.bronze)
     assert bronze.count() == bronze.select("source", "position").distinct().count() == written.lines
+
+
+def test_a_commit_in_flight_when_a_newer_holder_commits_cannot_land(spark, tmp_path: Path) -> None:
+    """The window a lease check cannot close: a driver checks its lease, is paused, and commits
+    after a newer holder took over and committed. Its MERGE is held open (its source blocks)
+    while the newer holder appends; once released, it must not land, nor any later write of it,
+    and each of them fails loudly (Delta skips a stale write without a word)."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.tables import FencedWriteError, Fencing, append_new, ensure_table, insert_new
+
+    path = tmp_path / "silver"
+    ensure_table(spark, path, StructType([StructField("k", StringType())]), [])
+    opened, release = tmp_path / "opened", tmp_path / "release"
+
+    @F.udf("string")
+    def paused(k: str) -> str:
+        opened.touch()
+        deadline = time.monotonic() + 120
+        while not release.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return k
+
+    old, new = Fencing("p", 1), Fencing("p", 2)
+    rows = lambda *keys: spark.createDataFrame([(k,) for k in keys], "k string")  # noqa: E731
+    with ThreadPoolExecutor(1) as pool:
+        in_flight = pool.submit(insert_new, rows("old-1").select(paused("k").alias("k")), path, ["k"],
+                                fencing=old)
+        wait_for("the old holder's MERGE to be open", opened.exists, 120, poll_s=0.05)
+        append_new(rows("new-1"), path, ["k"], fencing=new)
+        release.touch()
+        with pytest.raises(FencedWriteError, match="did not land"):
+            in_flight.result(300)
+    with pytest.raises(FencedWriteError):
+        append_new(rows("old-2"), path, ["k"], fencing=old)
+    with pytest.raises(FencedWriteError):
+        insert_new(rows("old-3"), path, ["k"], fencing=old)
+    assert sorted(r.k for r in table(spark, path).collect()) == ["new-1"]
+    # the newer holder goes on writing; an unfenced writer (a back-fill) is not affected
+    append_new(rows("new-2"), path, ["k"], fencing=new)
+    insert_new(rows("backfill"), path, ["k"])
+    assert sorted(r.k for r in table(spark, path).collect()) == ["backfill", "new-1", "new-2"]
+    assert Fencing.used_tokens("p", [path]) == 2
