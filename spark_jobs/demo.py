@@ -10,11 +10,16 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
 from spark_jobs import catalog, stream
 from spark_jobs.backfill import backfill
 from spark_jobs.generator import Written, generate
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables
+from spark_jobs.session import build_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -33,7 +38,6 @@ def _ingested_files(spark: SparkSession, name: str) -> int:
 
 
 def _stream_while_generating(spark: SparkSession, home: WeirHome, console: Console) -> Written:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     pipeline = catalog.load("playback")
     stop = threading.Event()
@@ -76,10 +80,7 @@ def _stream_while_generating(spark: SparkSession, home: WeirHome, console: Conso
 
 
 def main() -> int:
-    from rich.console import Console
-    from rich.table import Table
 
-    from spark_jobs.session import build_session
 
     logging.basicConfig(level=logging.WARNING)
     console = Console()

@@ -21,13 +21,18 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
+from pyspark.sql import functions as F
+
 from spark_jobs import catalog, queries, transforms
 from spark_jobs.backfill import rebuild_gold
+from spark_jobs.control import lease as leases
 from spark_jobs.control import progress
-from spark_jobs.control.lease import fence, fencing
+from spark_jobs.control.heartbeat import DriverMonitor
+from spark_jobs.control.lease import LeaseHeldError, LeaseLostError, fence, fencing
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables, ensure_tables, read_dimension
 from spark_jobs.quality import rules as row_rules
+from spark_jobs.session import build_session
 from spark_jobs.tables import Fencing, append_new, in_list, insert_new, partitions_holding, upsert
 from spark_jobs.topology import QUERIES, checkpoint_location, query_name
 
@@ -54,7 +59,6 @@ class BatchSummary:
 
     @classmethod
     def of(cls, parsed: DataFrame, pipeline: Pipeline, rules: tuple[RowRule, ...]) -> BatchSummary:
-        from pyspark.sql import functions as F
 
         valid = F.col(transforms.REASON).isNull()
         metrics = row_rules.metrics(rules)
@@ -207,9 +211,6 @@ def run(pipeline: Pipeline, *, once: bool = False, home: WeirHome | None = None,
 
     The driver first takes the pipeline's lease (`LeaseHeldError` when another driver is alive),
     and publishes a heartbeat and per-batch progress while it runs (see `spark_jobs.control`)."""
-    from spark_jobs.control import lease as leases
-    from spark_jobs.control.heartbeat import DriverMonitor
-    from spark_jobs.session import build_session
 
     home = home or WeirHome.from_env()
     stop = stop or threading.Event()
@@ -278,7 +279,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--once", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from spark_jobs.control.lease import LeaseHeldError, LeaseLostError
 
     try:
         run(catalog.load(args.pipeline), once=args.once, stop=stop_on_signals())

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_jobs import topology
 from spark_jobs.checkpoints import layout
+from spark_jobs.layers import PipelineTables
 
 if TYPE_CHECKING:
     from spark_jobs.catalog import Pipeline
@@ -99,7 +100,6 @@ def delta_version(table: Path) -> int | None:
 
 
 def table_versions(home: WeirHome, pipeline: Pipeline) -> dict[str, int | None]:
-    from spark_jobs.layers import PipelineTables
 
     return {layer: delta_version(path) for layer, path in PipelineTables.of(home, pipeline).named().items()}
 

@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs import landing_manifest, topology
+from spark_jobs import kafka, landing_manifest, topology
+from spark_jobs.catalog import FileSource
+from spark_jobs.checkpoints.backups import copy_files
 
 if TYPE_CHECKING:
     from spark_jobs.catalog import Pipeline
@@ -126,7 +128,6 @@ def landing_files(home: WeirHome, pipeline: Pipeline) -> list[Path]:
 
 
 def plan_reset(home: WeirHome, pipeline: Pipeline, reset_from: str) -> ResetPlan:
-    from spark_jobs.catalog import FileSource
 
     position = parse_reset_from(reset_from)
     if not isinstance(pipeline.source, FileSource):
@@ -157,14 +158,12 @@ def stage_reset(home: WeirHome, pipeline: Pipeline, plan: ResetPlan, staged: Pat
 def after_install(home: WeirHome, pipeline: Pipeline, plan: ResetPlan) -> None:
     """Kafka: record where the fresh ingest checkpoint starts (the source reads it once)."""
     if plan.source == "kafka":
-        from spark_jobs import kafka
 
         kafka.record_reset(home, pipeline.name, plan.reset_from)
 
 
 def stage_backup(backup: Path, staged: Path) -> None:
     """Copy a backup's query checkpoints into the staging folder."""
-    from spark_jobs.checkpoints.backups import copy_files
 
     source = backup / "checkpoints"
     if not source.is_dir():

@@ -12,6 +12,8 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from spark_jobs.control import lease
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -29,7 +31,6 @@ class LiveLease:
 
 def running_driver(home: WeirHome, pipeline: str) -> str | None:
     """A description of the live driver holding `pipeline`'s lease, or None when none runs."""
-    from spark_jobs.control import lease
 
     record = lease.holder(home, pipeline)
     if record is None:
@@ -40,7 +41,6 @@ def running_driver(home: WeirHome, pipeline: str) -> str | None:
 def live_leases(home: WeirHome, pipeline: str) -> list[LiveLease]:
     """Every lease-like file under the pipeline's control folder whose holder is alive, as the
     control plane judges a lease: the lease itself and any stray `*lease*.json` copy."""
-    from spark_jobs.control import lease
 
     folder = home.control(pipeline)
     if not folder.is_dir():

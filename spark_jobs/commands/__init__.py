@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from spark_jobs import catalog
 from spark_jobs.control.submit_secrets import PRIVATE_FILE
 from spark_jobs.errors import UserError
 from spark_jobs.home import WeirHome
@@ -25,7 +26,6 @@ def iso_date(text: str) -> dt.date:
 
 def pipeline_arg(text: str) -> str:
     """argparse type: the name of a pipeline in the catalog."""
-    from spark_jobs import catalog
 
     if text not in catalog.names():
         raise argparse.ArgumentTypeError(

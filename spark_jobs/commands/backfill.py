@@ -4,9 +4,12 @@ dates from bronze (safe beside the running stream; event-logged)."""
 from __future__ import annotations
 
 import argparse
+import json
 
+from spark_jobs import catalog
 from spark_jobs.commands import iso_date, pipeline_arg
 from spark_jobs.errors import UserError
+from spark_jobs.session import build_session
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,13 +24,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    import json
 
     from rich.console import Console
 
-    from spark_jobs import catalog
     from spark_jobs.backfill import backfill
-    from spark_jobs.session import build_session
 
     if args.date_to < args.date_from:
         raise UserError(f"--to {args.date_to} is before --from {args.date_from}")

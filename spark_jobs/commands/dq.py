@@ -7,10 +7,13 @@ the report's JSON also goes to a file (how an Airflow task reads back a submitte
 from __future__ import annotations
 
 import argparse
+import json
 from typing import TYPE_CHECKING
 
 from spark_jobs.commands import add_result_file, iso_date, pipeline_arg, write_result
 from spark_jobs.errors import UserError
+from spark_jobs.quality import NoDataError, run_dq
+from spark_jobs.quality.suites import SuiteError
 
 if TYPE_CHECKING:
     from spark_jobs.quality import DqReport
@@ -37,12 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    import json
 
     from rich.console import Console
 
-    from spark_jobs.quality import NoDataError, run_dq
-    from spark_jobs.quality.suites import SuiteError
 
     if args.date_from and args.date_to and args.date_to < args.date_from:
         raise UserError(f"--to {args.date_to} is before --from {args.date_from}")

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
+
+from spark_jobs.generator import generate
+from spark_jobs.home import WeirHome
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -17,10 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    import json
 
-    from spark_jobs.generator import generate
-    from spark_jobs.home import WeirHome
 
     written = generate(WeirHome.from_env().landing(args.pipeline), files=args.files,
                        sessions_per_file=args.sessions_per_file, seed=args.seed)

@@ -5,10 +5,15 @@ readers and streams still reading older files are not broken."""
 from __future__ import annotations
 
 import argparse
+import json
 
+from spark_jobs import catalog
 from spark_jobs.commands import pipeline_arg
-from spark_jobs.control.maintenance import SAFE_RETENTION_HOURS
+from spark_jobs.control import eventlog
+from spark_jobs.control.maintenance import SAFE_RETENTION_HOURS, maintain
 from spark_jobs.errors import UserError
+from spark_jobs.home import WeirHome
+from spark_jobs.session import build_session
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,13 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    import json
 
-    from spark_jobs import catalog
-    from spark_jobs.control import eventlog
-    from spark_jobs.control.maintenance import maintain
-    from spark_jobs.home import WeirHome
-    from spark_jobs.session import build_session
 
     if args.retain_hours < SAFE_RETENTION_HOURS:
         raise UserError(f"--retain-hours {args.retain_hours} is below the safe retention "

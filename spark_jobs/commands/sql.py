@@ -4,10 +4,14 @@ with time travel (`SELECT * FROM gold.playback_qoe_1m VERSION AS OF 3`)."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import TYPE_CHECKING
 
 from spark_jobs.errors import UserError
+from spark_jobs.home import WeirHome
+from spark_jobs.session import build_session
+from spark_jobs.sql import register_tables, split_statements
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -26,9 +30,6 @@ def handle(args: argparse.Namespace) -> int:
     from pyspark.errors import PySparkException
     from rich.console import Console
 
-    from spark_jobs.home import WeirHome
-    from spark_jobs.session import build_session
-    from spark_jobs.sql import register_tables, split_statements
 
     console = Console()
     with Console(stderr=True).status("starting Spark"):
@@ -68,7 +69,6 @@ def _first_line(err: Exception) -> str:
 
 
 def _show(spark: SparkSession, statement: str, args: argparse.Namespace, console: object) -> None:
-    import json
 
     from rich.table import Table
 

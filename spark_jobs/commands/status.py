@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from spark_jobs.commands import pipeline_arg
+from spark_jobs.control.status import all_status
+from spark_jobs.home import WeirHome
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,10 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    import json
 
-    from spark_jobs.control.status import all_status
-    from spark_jobs.home import WeirHome
 
     statuses = all_status(WeirHome.from_env(), [args.pipeline] if args.pipeline else None)
     if args.json:

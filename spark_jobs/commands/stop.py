@@ -4,9 +4,12 @@ timeout); it stays stopped until deployed again (Airflow DAG P_stream)."""
 from __future__ import annotations
 
 import argparse
+import json
 
 from spark_jobs.commands import pipeline_arg
-from spark_jobs.control.stop import GRACEFUL_TIMEOUT_S
+from spark_jobs.control import eventlog
+from spark_jobs.control.stop import GRACEFUL_TIMEOUT_S, stop_driver
+from spark_jobs.home import WeirHome
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,11 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    import json
 
-    from spark_jobs.control import eventlog
-    from spark_jobs.control.stop import stop_driver
-    from spark_jobs.home import WeirHome
 
     home = WeirHome.from_env()
     actor = eventlog.default_actor()

@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from spark_jobs import topology
 from spark_jobs.catalog import catalog_dir
+from spark_jobs.control import eventlog
 from spark_jobs.home import REPO_ROOT, WeirHome
+from spark_jobs.session import build_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -54,7 +56,6 @@ def admit(home: WeirHome, pipeline: Pipeline, *, actor: str, fingerprint: str | 
           spark: SparkSession | None = None, check: CompatCheck | None = None) -> dict[str, Any]:
     """Admit the current code for a start of `pipeline`, or raise `IncompatibleCodeError`. The
     check runs through `check` when given, else in this process on `spark` (or a new session)."""
-    from spark_jobs.control import eventlog
 
     fingerprint = fingerprint or code_fingerprint()
     path = admitted_path(home, pipeline.name)
@@ -84,7 +85,6 @@ def _in_process(home: WeirHome, spark: SparkSession | None) -> CompatCheck:
     """The check on `spark`, or on a session of this process (the CLI and the drivers)."""
     def check(pipeline: Pipeline) -> dict[str, Any]:
         from spark_jobs.checkpoints.compat import compat
-        from spark_jobs.session import build_session
 
         return compat(spark or build_session(f"weir-compat-{pipeline.name}"), home, pipeline)
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables
+from spark_jobs.tables import retry_conflicts
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -25,7 +26,6 @@ def maintain(spark: SparkSession, pipeline: Pipeline, home: WeirHome, *,
              retain_hours: int = SAFE_RETENTION_HOURS) -> dict[str, dict[str, Any]]:
     from delta.tables import DeltaTable
 
-    from spark_jobs.tables import retry_conflicts
 
     tables = PipelineTables.of(home, pipeline)
     result: dict[str, dict[str, Any]] = {}

@@ -11,6 +11,7 @@ import datetime as dt
 import json
 import logging
 import math
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -200,7 +201,6 @@ def make_listener(pipeline: str, writer: ProgressWriter,
                   on_progress: Callable[[dict[str, Any]], None]) -> Any:
     """A `StreamingQueryListener` feeding `writer` and `on_progress` (the heartbeat's per-query
     state). Built in a function so this module imports without pyspark."""
-    import os
 
     from pyspark.sql.streaming import StreamingQueryListener
 

@@ -11,6 +11,7 @@ import logging
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from spark_jobs.control import platform_tables
 from spark_jobs.home import WeirHome
 
 if TYPE_CHECKING:
@@ -75,7 +76,6 @@ def rows_of(report: DqReport) -> list[dict[str, Any]]:
 
 def append(report: DqReport, home: WeirHome | None = None) -> Path:
     """Append the report's rows; returns the table's path."""
-    from spark_jobs.control import platform_tables
 
     path = table_path(home)
     rows = rows_of(report)
@@ -86,7 +86,6 @@ def append(report: DqReport, home: WeirHome | None = None) -> Path:
 
 def read(home: WeirHome | None = None, pipeline: str | None = None) -> list[dict[str, Any]]:
     """Every stored result (of one pipeline, or all), oldest run first."""
-    from spark_jobs.control import platform_tables
 
     rows = platform_tables.read(table_path(home), equals={"pipeline": pipeline} if pipeline else None)
     return sorted(rows, key=lambda r: (r["run_time"], r["table"], r["expectation"]))

@@ -19,11 +19,12 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs import catalog
-from spark_jobs.control import lease
+from spark_jobs.control import eventlog, lease
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables
-from spark_jobs.quality import suites
+from spark_jobs.quality import gx_context, results, suites
 from spark_jobs.quality.report import DqReport, ExpectationOutcome
+from spark_jobs.session import build_session
 
 if TYPE_CHECKING:
 
@@ -58,7 +59,6 @@ def run_dq(pipeline: str, date_from: dt.date | None = None, date_to: dt.date | N
     suite = suites.load(pipeline)
     now = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
     if spark is None:
-        from spark_jobs.session import build_session
 
         spark = build_session(f"weir-dq-{pipeline}",
                               conf={"spark.sql.shuffle.partitions": str(entry.shuffle_partitions)})
@@ -75,7 +75,6 @@ def run_dq(pipeline: str, date_from: dt.date | None = None, date_to: dt.date | N
     frames = {layer: _frame(spark, tables, entry, layer,
                             suite.for_layer(layer, stream_running=stream_running), date_from, date_to)
               for layer in suites.LAYERS}
-    from spark_jobs.quality import gx_context
 
     # Great Expectations' stores under WEIR_HOME/dq are not safe for concurrent writers: DQ runs
     # (the runs of one Airflow back-fill, P_dq, `weir dq`) take turns.
@@ -114,7 +113,6 @@ def run_dq(pipeline: str, date_from: dt.date | None = None, date_to: dt.date | N
                       date_to=date_to, outcomes=tuple(outcomes), docs_path=docs,
                       stream_running=stream_running, duration_s=time.monotonic() - started,
                       row_counts=row_counts)
-    from spark_jobs.quality import results
 
     results.append(report, home)
     if record_event:
@@ -233,7 +231,6 @@ def _validate(context: AbstractDataContext, pipeline: str, table: str,
         ValidationResultIdentifier,
     )
 
-    from spark_jobs.quality import gx_context
 
     name = f"{pipeline}.{table}"
     suite = context.suites.add_or_update(gx.ExpectationSuite(
@@ -307,12 +304,7 @@ def stream_is_live(home: WeirHome, pipeline: str) -> bool:
 
 
 def _record(report: DqReport, home: WeirHome) -> None:
-    """One event-log entry per run (when the control plane's event log exists)."""
-    try:
-        from spark_jobs.control import eventlog
-    except ImportError:
-        log.info("no event log available: DQ run %s not recorded there", report.run_id)
-        return
+    """One event-log entry per run."""
     eventlog.record(report.pipeline, "dq", "success" if report.success else "failed",
                     reason="; ".join(report.failed) or None, home=home,
                     details={"run_id": report.run_id, "from": str(report.date_from),
