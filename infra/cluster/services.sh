@@ -93,7 +93,11 @@ stop_redis() {
   fi
   if [ -s "$REDIS_DIR/redis.pid" ]; then
     local pid; pid="$(cat "$REDIS_DIR/redis.pid")"
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    # Gone, or a zombie nobody reaps (a daemon's parent in a container may be a PID 1 that never waits).
+    for _ in $(seq 50); do
+      case "$(ps -o stat= -p "$pid" 2>/dev/null)" in ""|Z*) break ;; esac
+      sleep 0.2
+    done
     rm -f "$REDIS_DIR/redis.pid"
   fi
 }
