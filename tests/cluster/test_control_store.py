@@ -43,6 +43,8 @@ import sys, time
 from pathlib import Path
 from spark_jobs.control import lease
 from spark_jobs.home import WeirHome
+if len(sys.argv) > 3:                    # a start line: racers leave it together
+    time.sleep(max(0.0, float(sys.argv[3]) - time.time()))
 try:
     held = lease.acquire(WeirHome(Path(sys.argv[1])), "playback")
 except lease.LeaseHeldError:
@@ -61,8 +63,9 @@ held.release()
 """
 
 
-def holder(home: WeirHome, seconds: float) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-c", HOLDER, str(home.root), str(seconds)],
+def holder(home: WeirHome, seconds: float, start_at: float | None = None) -> subprocess.Popen[str]:
+    args = [str(home.root), str(seconds)] + ([] if start_at is None else [str(start_at)])
+    return subprocess.Popen([sys.executable, "-c", HOLDER, *args],
                             stdout=subprocess.PIPE, text=True, env=dict(os.environ))
 
 
@@ -111,10 +114,49 @@ def test_a_live_holder_refuses_a_second_one(store_home: WeirHome) -> None:
 
 
 def test_racing_holders_never_both_win(store_home: WeirHome) -> None:
-    racers = [holder(store_home, 3) for _ in range(5)]
+    # A lease that was taken and given back before: the race is over an existing row or file.
+    leases.acquire(store_home, "playback").release()
+    start_at = time.time() + 8               # every racer's interpreter is up by then
+    racers = [holder(store_home, 3, start_at) for _ in range(5)]
     outputs = [r.communicate(timeout=60)[0].strip() for r in racers]
     assert [o.split()[0] for o in outputs].count("acquired") == 1, outputs
     assert sorted(r.returncode for r in racers) == [0] + [3] * 4
+
+
+def test_the_lease_section_is_exclusive(store_home: WeirHome) -> None:
+    """A taker that arrives while another is inside the lease's exclusive section waits for it and
+    sees what it wrote (PostgreSQL: the row held FOR UPDATE; files: flock), so it is refused
+    rather than overwriting a lease it never saw."""
+    import dataclasses
+    import threading
+
+    from spark_jobs.control.processes import ProcessRef
+
+    home, store = store_home, control_store(store_home)
+    leases.acquire(home, "playback").release()          # the lease exists (row / files)
+    me, now = ProcessRef.current(), leases.iso(leases.now_utc())
+    inside, leaving = threading.Event(), threading.Event()
+
+    def first_taker() -> None:
+        with store.lease_slot("playback") as slot:
+            slot.put(dataclasses.asdict(leases.LeaseRecord(
+                "playback", me.pid, me.host, me.start_ticks, "first", now,
+                slot.last_fencing_token + 1, now)))
+            inside.set()
+            time.sleep(1.5)                              # a slow taker, still inside
+            leaving.set()                                # its write commits right after
+
+    thread = threading.Thread(target=first_taker)
+    thread.start()
+    try:
+        assert inside.wait(30)
+        with pytest.raises(LeaseHeldError):
+            leases.acquire(home, "playback")
+        assert leaving.is_set(), "the second taker did not wait for the first one's section"
+    finally:
+        thread.join(30)
+    record = leases.read(home, "playback")
+    assert record is not None and record.token == "first" and record.fencing_token == 2
 
 
 def test_a_paused_holder_is_taken_over_with_a_higher_token_and_fenced(
@@ -190,7 +232,7 @@ def test_a_driver_fenced_through_postgresql_commits_nothing(
     monkeypatch.setenv("WEIR_CONTROL_STORE", url)
     pipeline = playback(files_per_trigger=1)
     conf = write_catalog(tmp_path / "conf", files_per_trigger=1)
-    written = generate(home.landing("playback"), files=5, sessions_per_file=4, seed=37)
+    written = generate(home.landing("playback"), files=3, sessions_per_file=4, seed=37)
     tables = PipelineTables.of(home, pipeline)
     commits = topology.checkpoint_location(home, pipeline, "ingest") / "commits"
     first = start_driver(home, conf, "first")
