@@ -8,9 +8,9 @@ export WEIR_HOME ?= $(CURDIR)/.weir
 export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
-.PHONY: setup demo test up bench lint clean
+.PHONY: setup demo test up bench lint clean cluster-services
 
-setup: $(VENV)/.installed .cache/jars/jars.txt .cache/kafka/installed.txt
+setup: $(VENV)/.installed .cache/jars/jars.txt .cache/kafka/installed.txt cluster-services
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 # The Kafka broker for tests and the Kafka profile (org.apache.kafka:kafka_2.13 via mvn).
 .cache/kafka/installed.txt: infra/kafka/pom.xml infra/kafka/broker.py $(VENV)/.installed
 	infra/kafka/broker.sh install
+
+# PostgreSQL and Redis of the production profile (Debian packages; apt-get as root, idempotent).
+cluster-services:
+	infra/cluster/services.sh install
 
 up: setup
 	infra/airflow/up.sh

@@ -45,6 +45,10 @@ class Settings:
     spark_log_level: str = "WARN"
     jar_cache: Path = REPO_ROOT / ".cache" / "jars"
     lease_ttl_s: float = 30.0
+    # Where leases, heartbeats, stop requests and supervisor state live: unset, files under
+    # WEIR_HOME; a postgresql:// URL, that database (hosts need not share a filesystem). It may
+    # carry a password: kept out of `repr`.
+    control_store: str | None = field(default=None, repr=False)
     actor: str | None = None
     kafka_connection: str | None = None
     kafka_preflight_timeout_s: float = 20.0
@@ -98,6 +102,9 @@ def _parse(name: str, default: object, raw: str) -> object:
         if not math.isfinite(seconds) or seconds <= 0:
             raise SettingsError(f"{variable(name)} must be a number of seconds above 0, not {raw!r}")
         return seconds
+    if name == "control_store" and not raw.startswith(("postgresql://", "postgres://")):
+        raise SettingsError(f"{variable(name)} must be a postgresql:// URL (unset: files under "
+                            f"WEIR_HOME), not {raw.split('@')[-1]!r}")
     if name == "spark_log_level" and raw.upper() not in SPARK_LOG_LEVELS:
         raise SettingsError(f"{variable(name)} must be one of {', '.join(SPARK_LOG_LEVELS)}, not {raw!r}")
     return raw

@@ -11,6 +11,14 @@
 #                    a producer publishes freshly generated files to the playback_kafka topic
 #                    (`weir produce playback_kafka --from DIR`) every WEIR_GENERATE_EVERY_S; the
 #                    `playback_kafka` stream is deployed. Ctrl-C also stops the broker.
+#   cluster          the production profile on this machine: PostgreSQL and Redis
+#                    (infra/cluster/services.sh, data under WEIR_HOME, ports WEIR_PG_PORT and
+#                    WEIR_REDIS_PORT) are started; Airflow runs on PostgreSQL with the
+#                    CeleryExecutor (infra/airflow/cluster.env): api-server, scheduler,
+#                    dag-processor, triggerer and two celery workers as separate processes;
+#                    Weir's control state (leases, heartbeats, stop requests, supervisor state)
+#                    lives in PostgreSQL (WEIR_CONTROL_STORE). The generator feeds `playback` as
+#                    in the files profile. Ctrl-C also stops PostgreSQL and Redis.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$REPO"
@@ -21,14 +29,20 @@ PROFILE="${WEIR_UP_PROFILE:-files}"
 case "$PROFILE" in
   files) PIPELINE="${WEIR_UP_PIPELINE:-playback}" ;;
   kafka) PIPELINE="${WEIR_UP_PIPELINE:-playback_kafka}" ;;
-  *) echo "weir up: unknown WEIR_UP_PROFILE=$PROFILE (files or kafka)" >&2; exit 2 ;;
+  cluster) PIPELINE="${WEIR_UP_PIPELINE:-playback}" ;;
+  *) echo "weir up: unknown WEIR_UP_PROFILE=$PROFILE (files, kafka or cluster)" >&2; exit 2 ;;
 esac
 GENERATE_EVERY_S="${WEIR_GENERATE_EVERY_S:-30}"
 PORT="${WEIR_AIRFLOW_PORT:-8080}"
 BROKER="$REPO/infra/kafka/broker.sh"
+SERVICES="$REPO/infra/cluster/services.sh"
 mkdir -p "$AIRFLOW_HOME" "$WEIR_HOME/logs"
 
 source "$REPO/infra/airflow/airflow.env"
+if [ "$PROFILE" = cluster ]; then
+  export WEIR_PG_PORT="${WEIR_PG_PORT:-54329}" WEIR_REDIS_PORT="${WEIR_REDIS_PORT:-63799}"
+  source "$REPO/infra/airflow/cluster.env"
+fi
 source "$REPO/infra/airflow/private_files.sh"
 # Before Airflow starts: its password file, config, DB and every log are the owner's only.
 secure_private_files "$WEIR_HOME" "$AIRFLOW_HOME"
@@ -43,6 +57,7 @@ export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-{\"conn_type\":
 pids=()
 feeder="generator"
 stop_broker=0
+stop_services=0
 cleanup() {
   trap - INT TERM EXIT
   echo
@@ -55,6 +70,10 @@ cleanup() {
     [ "$alive" = 0 ] && break; sleep 1
   done
   for pid in "${pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
+  if [ "$stop_services" = 1 ]; then
+    echo "weir up: stopping PostgreSQL and Redis..."
+    "$SERVICES" stop || true
+  fi
   if [ "$stop_broker" = 1 ]; then
     echo "weir up: stopping the Kafka broker..."
     "$BROKER" stop || true
@@ -67,10 +86,32 @@ trap on_signal INT TERM
 trap cleanup EXIT
 
 echo "weir up: profile $PROFILE, WEIR_HOME=$WEIR_HOME AIRFLOW_HOME=$AIRFLOW_HOME (logs in $WEIR_HOME/logs)"
-setsid "$VENV_BIN/airflow" standalone >"$WEIR_HOME/logs/airflow-standalone.log" 2>&1 &
-pids+=($!)
+if [ "$PROFILE" = cluster ]; then
+  # Servers this script starts are stopped on exit; ones already running are left alone.
+  "$SERVICES" status >/dev/null 2>&1 || stop_services=1
+  echo "weir up: starting PostgreSQL and Redis (data in $WEIR_HOME/postgres and $WEIR_HOME/redis)..."
+  "$SERVICES" start
+  "$VENV_BIN/airflow" db migrate >"$WEIR_HOME/logs/airflow-db-migrate.log" 2>&1 \
+    || { echo "airflow db migrate failed; see $WEIR_HOME/logs/airflow-db-migrate.log"; exit 1; }
+  # The API server first: pids[0] is what the health wait below watches.
+  for component in api-server scheduler dag-processor triggerer; do
+    setsid "$VENV_BIN/airflow" "$component" >"$WEIR_HOME/logs/airflow-$component.log" 2>&1 &
+    pids+=($!)
+  done
+  # Two workers, as two hosts would run them: own Celery hostname, own log-server port.
+  for n in 1 2; do
+    AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT=$((WEIR_WORKER_LOG_PORT_BASE + n)) \
+      setsid "$VENV_BIN/airflow" celery worker --celery-hostname "weir-worker-$n@%h" \
+      --concurrency "$AIRFLOW__CELERY__WORKER_CONCURRENCY" \
+      >"$WEIR_HOME/logs/airflow-celery-worker-$n.log" 2>&1 &
+    pids+=($!)
+  done
+else
+  setsid "$VENV_BIN/airflow" standalone >"$WEIR_HOME/logs/airflow-standalone.log" 2>&1 &
+  pids+=($!)
+fi
 
-if [ "$PROFILE" = files ]; then
+if [ "$PROFILE" != kafka ]; then
   setsid bash -c '
     seed=$(( $(date +%s) % 100000 ))
     while true; do
@@ -105,7 +146,7 @@ fi
 echo "weir up: waiting for the Airflow API server on port $PORT..."
 for _ in $(seq 300); do
   curl -fsS "http://127.0.0.1:$PORT/api/v2/monitor/health" >/dev/null 2>&1 && break
-  kill -0 "${pids[0]}" 2>/dev/null || { echo "Airflow exited; see $WEIR_HOME/logs/airflow-standalone.log"; exit 1; }
+  kill -0 "${pids[0]}" 2>/dev/null || { echo "Airflow exited; see the airflow-*.log files in $WEIR_HOME/logs"; exit 1; }
   sleep 2
 done
 echo "weir up: waiting for the DAG ${PIPELINE}_stream to be parsed..."
@@ -131,6 +172,11 @@ PASSWORDS="$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated"
 for _ in $(seq 30); do [ -s "$PASSWORDS" ] && break; sleep 1; done
 LOGIN="$("$VENV_BIN/python" -c 'import json,sys; u,p=next(iter(json.load(open(sys.argv[1])).items())); print(u, p)' "$PASSWORDS" 2>/dev/null || echo "admin (see $PASSWORDS)")"
 KAFKA_LINE=""
+if [ "$PROFILE" = cluster ]; then
+  KAFKA_LINE="
+  servers:     $("$SERVICES" status | paste -sd ';' | sed 's/;/; /g')
+  executor:    CeleryExecutor, workers weir-worker-1 and weir-worker-2; control store $WEIR_CONTROL_STORE"
+fi
 if [ "$PROFILE" = kafka ]; then
   KAFKA_LINE="
   Kafka:       $("$BROKER" status 2>/dev/null | sed 's/^kafka running: //'), producer log $WEIR_HOME/logs/producer.log"
@@ -140,7 +186,7 @@ cat <<MSG
   Airflow UI:  http://localhost:$PORT
   login:       ${LOGIN%% *} / ${LOGIN#* }
   status:      .venv/bin/weir status ${PIPELINE}${KAFKA_LINE}
-  Ctrl-C stops Airflow, the $feeder and the stream$([ "$stop_broker" = 1 ] && echo ", then the broker").
+  Ctrl-C stops Airflow, the $feeder and the stream$([ "$stop_broker" = 1 ] && echo ", then the broker")$([ "$stop_services" = 1 ] && echo ", then PostgreSQL and Redis").
 
 MSG
 wait "${pids[0]}"

@@ -20,7 +20,7 @@ from typing import Any
 
 from spark_jobs.control import lease as leases
 from spark_jobs.control.driver import read_launch
-from spark_jobs.control.heartbeat import heartbeat_age_s, read_heartbeat, stop_request_path
+from spark_jobs.control.heartbeat import heartbeat_age_s, read_heartbeat, read_stop_request
 from spark_jobs.control.lease import now_utc, parse_iso
 from spark_jobs.control.liveness import Liveness, lease_ttl_s
 from spark_jobs.control.supervision import stopped_marker
@@ -61,7 +61,7 @@ def assess(home: WeirHome, pipeline: str, *, stall_after_s: float,
         if age > heartbeat_stale_s:
             return Health("stalled", f"heartbeat {age:.0f}s old while pid {record.pid} lives",
                           record.pid, launch_pid, beat)
-        if stop_request_path(home, pipeline).exists() or beat.get("state") == "stopping":
+        if read_stop_request(home, pipeline) is not None or beat.get("state") == "stopping":
             return Health("stopping", "stop requested", record.pid, launch_pid, beat)
         idle_tasks = _age_s(beat.get("tasks_progress_at"))
         for name, query in (beat.get("queries") or {}).items():

@@ -1,10 +1,11 @@
 """The driver's side of supervision: heartbeat, progress listener and stop requests.
 
 `DriverMonitor` runs inside the streaming driver while it holds the lease. Every second its thread
-writes `control/<P>/heartbeat.json` (atomically: temp file + rename) with the driver's pid and,
+writes the pipeline's heartbeat to the control store (`spark_jobs.control.store`: the file
+`control/<P>/heartbeat.json`, replaced atomically, or a row in PostgreSQL) with the driver's pid and,
 per query, the last batch id, the time of the last progress and whether a trigger is running and
-since when — what the supervisor needs to tell RUNNING from STALLED. The same thread polls
-`control/<P>/stop-request.json`: a request addressed to this driver sets the stop event, and the
+since when — what the supervisor needs to tell RUNNING from STALLED. The same thread polls the
+pipeline's stop request (`stop-request`): a request addressed to this driver sets the stop event, and the
 driver stops its queries at a batch boundary. A driver that lost its lease (`Lease.lost`) writes
 no more heartbeats — the file is its successor's — and stops; leaving the monitor then raises
 `LeaseLostError`, so the driver exits non-zero whatever stopped its queries.
@@ -22,13 +23,11 @@ from spark_jobs.control import progress as progress_table
 from spark_jobs.control.lease import (
     Lease,
     LeaseLostError,
-    heartbeat_path,
     iso,
     now_utc,
     parse_iso,
-    read_json,
-    write_json_atomically,
 )
+from spark_jobs.control.store import HEARTBEAT, STOP_REQUEST, FileStore, control_store
 from spark_jobs.home import WeirHome
 
 if TYPE_CHECKING:
@@ -40,11 +39,17 @@ HEARTBEAT_EVERY_S = 1.0
 
 
 def stop_request_path(home: WeirHome, pipeline: str) -> Path:
-    return home.control(pipeline) / "stop-request.json"
+    """Where the file store keeps the stop request (the embedded default)."""
+    return FileStore(home).path(pipeline, STOP_REQUEST)
 
 
 def read_heartbeat(home: WeirHome, pipeline: str) -> dict[str, Any] | None:
-    return read_json(heartbeat_path(home, pipeline))
+    return control_store(home).get(pipeline, HEARTBEAT)
+
+
+def read_stop_request(home: WeirHome, pipeline: str) -> dict[str, Any] | None:
+    """The pipeline's pending stop request, if any (to whichever driver it is addressed)."""
+    return control_store(home).get(pipeline, STOP_REQUEST)
 
 
 def heartbeat_age_s(beat: dict[str, Any] | None) -> float | None:
@@ -56,7 +61,7 @@ def heartbeat_age_s(beat: dict[str, Any] | None) -> float | None:
 def stop_requested_for(home: WeirHome, lease: Lease) -> dict[str, Any] | None:
     """The stop request addressed to this lease holder (by token, or to whoever holds the lease
     when it was made after this lease was taken)."""
-    request = read_json(stop_request_path(home, lease.pipeline))
+    request = read_stop_request(home, lease.pipeline)
     if not request:
         return None
     token = request.get("token")
@@ -182,7 +187,7 @@ class DriverMonitor:
             "state": self.state, "tasks_progress_at": self.tasks_progress_at,
             "queries": self._query_states(),
         }
-        write_json_atomically(heartbeat_path(self.home, self.pipeline), payload)
+        self.lease.store.put(self.pipeline, HEARTBEAT, payload)
 
     def _loop(self) -> None:
         while not self._closed.wait(self.every_s):

@@ -1,9 +1,11 @@
 """The driver lease: one driver per pipeline may write its tables, fenced.
 
-A driver takes the lease (`control/<P>/lease.json`) before it starts a query, renews it while it
-runs (a keep-alive thread of `Lease`) and gives it back when it stops. Taking and renewing happen
-under an exclusive `flock` on `lease.lock`, so two drivers starting together cannot both win.
-Every acquisition gets the next fencing token (a counter kept in `fencing.json`, never reused).
+A driver takes the lease before it starts a query, renews it while it runs (a keep-alive thread of
+`Lease`) and gives it back when it stops. The lease lives in the control store
+(`spark_jobs.control.store`: `control/<P>/lease.json` under an exclusive `flock`, or a row of
+PostgreSQL's `weir_control.leases` held `FOR UPDATE`); taking and renewing happen inside the
+store's exclusive section, so two drivers starting together cannot both win, on one host or many.
+Every acquisition gets the next fencing token (a counter the store keeps, never reused).
 Whether a holder still counts is judged once, in `spark_jobs.control.liveness`: a lease may be
 taken over once its holder is provably gone on this host or its own renewal is older than the
 TTL. A holder that was paused past the TTL may wake up after a take-over: `Lease.check` (called
@@ -16,20 +18,23 @@ before it checks again, cannot land once the new holder has committed.
 from __future__ import annotations
 
 import datetime as dt
-import fcntl
-import json
 import logging
-import os
 import threading
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from spark_jobs.control.liveness import Liveness, holder_may_commit, judge, lease_ttl_s
 from spark_jobs.control.processes import ProcessRef
+from spark_jobs.control.store import (  # noqa: F401  (read_json, write_json_atomically: re-exported)
+    HEARTBEAT,
+    ControlStore,
+    FileStore,
+    control_store,
+    read_json,
+    write_json_atomically,
+)
 from spark_jobs.errors import UserError
 from spark_jobs.home import WeirHome
 from spark_jobs.tables import Fencing
@@ -56,24 +61,6 @@ def iso(moment: dt.datetime) -> str:
 
 def parse_iso(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-def write_json_atomically(path: Path, payload: dict[str, Any]) -> None:
-    """Write to a temporary sibling, fsync, then rename over `path`: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    with open(tmp, "w", encoding="utf-8") as out:
-        json.dump(payload, out, sort_keys=True)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
 
 
 @dataclass(frozen=True)
@@ -113,34 +100,26 @@ class LeaseRecord:
                    data.get("renewed_at"), data.get("holder") or "driver")
 
 
+# Where the file store keeps them (the embedded default; tests and runbooks name the files).
 def lease_path(home: WeirHome, pipeline: str) -> Path:
-    return home.control(pipeline) / "lease.json"
+    return FileStore(home).lease_path(pipeline)
 
 
 def heartbeat_path(home: WeirHome, pipeline: str) -> Path:
-    return home.control(pipeline) / "heartbeat.json"
+    return FileStore(home).path(pipeline, HEARTBEAT)
 
 
 def fencing_path(home: WeirHome, pipeline: str) -> Path:
-    return home.control(pipeline) / "fencing.json"
+    return FileStore(home).fencing_path(pipeline)
 
 
-@contextmanager
-def _locked(home: WeirHome, pipeline: str) -> Iterator[None]:
-    folder = home.control(pipeline)
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "lease.lock", "a+") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+def _record(data: dict[str, Any] | None) -> LeaseRecord | None:
+    return LeaseRecord.from_json(data) if data else None
 
 
 def read(home: WeirHome, pipeline: str) -> LeaseRecord | None:
-    """The lease on file (live or stale), if any."""
-    data = read_json(lease_path(home, pipeline))
-    return LeaseRecord.from_json(data) if data else None
+    """The lease in the control store (live or stale), if any."""
+    return _record(control_store(home).read_lease(pipeline))
 
 
 def liveness(record: LeaseRecord, ttl_s: float | None = None) -> Liveness:
@@ -186,6 +165,7 @@ class Lease:
 
     def __init__(self, home: WeirHome, record: LeaseRecord, ttl_s: float | None = None) -> None:
         self.home = home
+        self.store: ControlStore = control_store(home)
         self.record = record
         self.ttl_s = lease_ttl_s() if ttl_s is None else ttl_s
         self.lost: str | None = None
@@ -218,7 +198,7 @@ class Lease:
         if self.lost is not None:
             raise self._lose(self.lost)
         if current is None:
-            raise self._lose("the lease file is gone")
+            raise self._lose("the lease is gone from the control store")
         if current.token != self.token or current.fencing_token != self.fencing_token:
             raise self._lose(f"taken over by pid {current.pid} on {current.host} "
                              f"(fencing token {current.fencing_token})")
@@ -230,15 +210,16 @@ class Lease:
     def check(self) -> None:
         """Raise `LeaseLostError` unless this lease is still the pipeline's current one and its
         own renewal is fresh. Called before each batch and each Delta commit of the driver."""
-        self._verify(read(self.home, self.pipeline))
+        self._verify(_record(self.store.read_lease(self.pipeline)))
 
     def renew(self) -> None:
         """Push the lease's renewal time forward (only while it is still ours and unexpired: a
         holder that woke up after its TTL never resurrects its lease)."""
-        with _locked(self.home, self.pipeline):
-            current = self._verify(read(self.home, self.pipeline))
-            self.record = replace(current, renewed_at=iso(now_utc()))
-            write_json_atomically(lease_path(self.home, self.pipeline), asdict(self.record))
+        with self.store.lease_slot(self.pipeline) as slot:
+            current = self._verify(_record(slot.current))
+            renewed = replace(current, renewed_at=iso(now_utc()))
+            slot.put(asdict(renewed))
+        self.record = renewed
 
     def _renew_loop(self) -> None:
         every_s = min(5.0, self.ttl_s / 6)
@@ -254,10 +235,10 @@ class Lease:
         self._released.set()
         if _held.get(self.pipeline) is self:
             del _held[self.pipeline]
-        with _locked(self.home, self.pipeline):
-            current = read(self.home, self.pipeline)
+        with self.store.lease_slot(self.pipeline) as slot:
+            current = _record(slot.current)
             if current is not None and current.token == self.token:
-                lease_path(self.home, self.pipeline).unlink(missing_ok=True)
+                slot.clear()
                 log.info("%s lease released by pid %d", self.pipeline, self.record.pid)
 
     def __enter__(self) -> Lease:
@@ -272,13 +253,12 @@ def acquire(home: WeirHome, pipeline: str, ttl_s: float | None = None, *,
     """Take the pipeline's lease for this process with the next fencing token and keep it renewed,
     or raise `LeaseHeldError` naming the live holder. `holder` says what holds it: a driver, or a
     checkpoint action that keeps the pipeline still. The token is above `used_tokens` too (the
-    highest the pipeline's tables carry: a lost `fencing.json` must not make the next driver's
+    highest the pipeline's tables carry: a lost fencing counter must not make the next driver's
     commits older than its predecessors', which Delta would skip)."""
     me = ProcessRef.current()
-    with _locked(home, pipeline):
-        current = read(home, pipeline)
-        last_token = max(used_tokens, int((read_json(fencing_path(home, pipeline)) or {})
-                                          .get("fencing_token") or 0))
+    with control_store(home).lease_slot(pipeline) as slot:
+        current = _record(slot.current)
+        last_token = max(used_tokens, slot.last_fencing_token)
         if current is not None:
             state = liveness(current, ttl_s)
             if not state.takeable:
@@ -294,9 +274,7 @@ def acquire(home: WeirHome, pipeline: str, ttl_s: float | None = None, *,
         now = iso(now_utc())
         record = LeaseRecord(pipeline, me.pid, me.host, me.start_ticks, uuid.uuid4().hex, now,
                              last_token + 1, now, holder)
-        write_json_atomically(fencing_path(home, pipeline),
-                              {"pipeline": pipeline, "fencing_token": record.fencing_token})
-        write_json_atomically(lease_path(home, pipeline), asdict(record))
+        slot.put(asdict(record))
     log.info("%s lease taken by pid %d on %s (fencing token %d)", pipeline, me.pid, me.host,
              record.fencing_token)
     lease = Lease(home, record, ttl_s)
@@ -308,9 +286,9 @@ def acquire(home: WeirHome, pipeline: str, ttl_s: float | None = None, *,
 def clear_stale(home: WeirHome, pipeline: str, ttl_s: float | None = None) -> LeaseRecord | None:
     """Remove the lease of a holder that is gone or expired (supervisor clean-up); returns what
     was removed. The fencing counter stays, so the next holder's token is still higher."""
-    with _locked(home, pipeline):
-        current = read(home, pipeline)
+    with control_store(home).lease_slot(pipeline) as slot:
+        current = _record(slot.current)
         if current is None or not is_stale(current, ttl_s):
             return None
-        lease_path(home, pipeline).unlink(missing_ok=True)
+        slot.clear()
         return current

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from spark_jobs.control import eventlog
 from spark_jobs.control import lease as leases
 from spark_jobs.control.driver import kill_launch, read_launch
-from spark_jobs.control.heartbeat import stop_request_path
-from spark_jobs.control.lease import LeaseRecord, iso, now_utc, write_json_atomically
+from spark_jobs.control.lease import LeaseRecord, iso, now_utc
 from spark_jobs.control.liveness import Liveness
 from spark_jobs.control.processes import signal_process, wait_gone
+from spark_jobs.control.store import STOP_REQUEST, control_store
 from spark_jobs.control.supervision import mark_stopped
 from spark_jobs.errors import UserError
 from spark_jobs.home import WeirHome
@@ -46,9 +46,13 @@ class StopOutcome:
 
 def request_stop(home: WeirHome, pipeline: str, token: str | None, *, actor: str,
                  reason: str | None) -> None:
-    write_json_atomically(stop_request_path(home, pipeline), {
+    control_store(home).put(pipeline, STOP_REQUEST, {
         "pipeline": pipeline, "token": token, "actor": actor, "reason": reason,
         "requested_at": iso(now_utc())})
+
+
+def clear_stop_request(home: WeirHome, pipeline: str) -> None:
+    control_store(home).delete(pipeline, STOP_REQUEST)
 
 
 def lease_given_back(home: WeirHome, record: LeaseRecord, timeout_s: float,
@@ -98,7 +102,7 @@ def _stop(home: WeirHome, pipeline: str, *, actor: str, reason: str | None, inte
             outcome = "terminated"
         else:
             outcome = "not_running"
-        stop_request_path(home, pipeline).unlink(missing_ok=True)
+        clear_stop_request(home, pipeline)
         return StopOutcome(pipeline, outcome, None, time.monotonic() - started)
     driver = holder.process
     request_stop(home, pipeline, holder.token, actor=actor, reason=reason)
@@ -111,7 +115,7 @@ def _stop(home: WeirHome, pipeline: str, *, actor: str, reason: str | None, inte
             log.warning("%s: driver pid %d on %s did not give its lease back within %.0fs; its "
                         "end is unconfirmed (fenced once the lease expires)", pipeline, holder.pid,
                         holder.host, graceful_timeout_s)
-        stop_request_path(home, pipeline).unlink(missing_ok=True)
+        clear_stop_request(home, pipeline)
         return StopOutcome(pipeline, "graceful" if seen else "unconfirmed", holder.pid,
                            time.monotonic() - started)
     outcome = "graceful"
@@ -131,7 +135,7 @@ def _stop(home: WeirHome, pipeline: str, *, actor: str, reason: str | None, inte
     if launch is not None and launch.process.alive() and not wait_gone(launch.process, 10.0):
         kill_launch(home, pipeline, signal.SIGKILL)
     leases.clear_stale(home, pipeline)
-    stop_request_path(home, pipeline).unlink(missing_ok=True)
+    clear_stop_request(home, pipeline)
     return StopOutcome(pipeline, outcome, holder.pid, time.monotonic() - started)
 
 

@@ -1,9 +1,10 @@
 """What the supervisor remembers between deferrals, and the restart policy it applies.
 
-`control/<P>/supervisor.json` holds the supervisor's state (running, restarting, failed, stopped)
-and the last reason — the restarts themselves are in the event log (`supervisor.automatic_restarts`);
-`control/<P>/stopped.json` marks a pipeline as intentionally stopped, so nothing restarts it until
-it is deployed again.
+The `supervisor` document of the control store (`spark_jobs.control.store`; the file
+`control/<P>/supervisor.json` by default) holds the supervisor's state (running, restarting,
+failed, stopped) and the last reason — the restarts themselves are in the event log
+(`supervisor.automatic_restarts`); the `stopped` document marks a pipeline as intentionally
+stopped, so nothing restarts it until it is deployed again.
 """
 
 from __future__ import annotations
@@ -14,16 +15,18 @@ from pathlib import Path
 from typing import Any
 
 from spark_jobs.catalog import RestartPolicy
-from spark_jobs.control.lease import iso, now_utc, parse_iso, read_json, write_json_atomically
+from spark_jobs.control.lease import iso, now_utc, parse_iso
+from spark_jobs.control.store import STOPPED, SUPERVISOR, FileStore, control_store
 from spark_jobs.home import WeirHome
 
 
+# Where the file store keeps them (the embedded default).
 def supervisor_path(home: WeirHome, pipeline: str) -> Path:
-    return home.control(pipeline) / "supervisor.json"
+    return FileStore(home).path(pipeline, SUPERVISOR)
 
 
 def stopped_path(home: WeirHome, pipeline: str) -> Path:
-    return home.control(pipeline) / "stopped.json"
+    return FileStore(home).path(pipeline, STOPPED)
 
 
 @dataclass
@@ -35,12 +38,12 @@ class SupervisorState:
 
     @classmethod
     def load(cls, home: WeirHome, pipeline: str) -> SupervisorState:
-        data = read_json(supervisor_path(home, pipeline)) or {}
+        data = control_store(home).get(pipeline, SUPERVISOR) or {}
         return cls(pipeline, data.get("state", "none"), data.get("last_reason"), data.get("updated_at"))
 
     def save(self, home: WeirHome) -> None:
         self.updated_at = iso(now_utc())
-        write_json_atomically(supervisor_path(home, self.pipeline), {
+        control_store(home).put(self.pipeline, SUPERVISOR, {
             "pipeline": self.pipeline, "state": self.state, "last_reason": self.last_reason,
             "updated_at": self.updated_at})
 
@@ -62,14 +65,14 @@ def next_backoff_s(restarts: list[str], policy: RestartPolicy,
 
 def mark_stopped(home: WeirHome, pipeline: str, *, actor: str, reason: str | None,
                  intent: str = "stop") -> None:
-    write_json_atomically(stopped_path(home, pipeline), {
+    control_store(home).put(pipeline, STOPPED, {
         "pipeline": pipeline, "actor": actor, "reason": reason, "intent": intent,
         "at": iso(now_utc())})
 
 
 def stopped_marker(home: WeirHome, pipeline: str) -> dict[str, Any] | None:
-    return read_json(stopped_path(home, pipeline))
+    return control_store(home).get(pipeline, STOPPED)
 
 
 def clear_stopped(home: WeirHome, pipeline: str) -> None:
-    stopped_path(home, pipeline).unlink(missing_ok=True)
+    control_store(home).delete(pipeline, STOPPED)
