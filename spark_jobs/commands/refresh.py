@@ -10,8 +10,10 @@ and table versions that change, the backup taken) and changes nothing. Event-log
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
-from spark_jobs.commands import pipeline_arg
+from spark_jobs.commands import add_result_file, pipeline_arg, write_result
+from spark_jobs.commands.checkpoint import add_approval, approval_of_args, approval_options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,8 +31,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     confirm.add_argument("--yes", action="store_true", help="confirm the refresh")
     confirm.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     p.add_argument("--reason", help="why (kept in the event log)")
+    add_approval(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_result_file(p)
     p.set_defaults(handler=handle, origin="bronze")
+
+
+def command_line(pipeline: str, origin: str, *, dry_run: bool = False, reason: str | None = None,
+                 approval: dict[str, Any] | None = None) -> list[str]:
+    """`weir` arguments of a refresh (how Airflow submits it): `--dry-run`, or `--yes` with the
+    approval it runs under."""
+    args = ["refresh", pipeline, f"--from-{origin}", "--dry-run" if dry_run else "--yes"]
+    if reason:
+        args.append(f"--reason={reason}")    # `=`: a reason may start with a dash
+    return [*args, *approval_options(approval)]
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -46,7 +60,9 @@ def handle(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     with copy_progress(err, not args.dry_run) as progress:
         result = refresh(args.pipeline, origin=args.origin, dry_run=args.dry_run, confirm=args.yes,
-                         actor=default_actor(), reason=args.reason, progress=progress)
+                         actor=default_actor(), reason=args.reason, approval=approval_of_args(args),
+                         progress=progress)
+    write_result(args.result_file, result)
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True, default=str))
         return 0
