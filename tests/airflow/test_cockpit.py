@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -213,12 +214,20 @@ def test_an_action_form_is_prefilled_and_refuses_bad_input_or_another_site(clien
 
 @pytest.fixture(scope="module")
 def api_server(ran: WeirHome, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """Airflow's real API server with its UI apps (`--apps core`), on the module's WEIR_HOME:
-    (base URL, AIRFLOW_HOME). Only the API server: the view needs no scheduler."""
+    """Airflow's real API server with its UI apps, on the module's WEIR_HOME."""
+    with ui_api_server(ran, tmp_path_factory.mktemp("cockpit-airflow") / "airflow") as server:
+        yield server
+
+
+@contextmanager
+def ui_api_server(home: WeirHome, airflow_home: Path) -> Iterator[tuple[str, Path]]:
+    """Airflow's real API server with its UI apps (`--apps core`) on `home`, the DAGs serialized
+    (the cockpit's actions trigger them): (base URL, AIRFLOW_HOME). Only the API server: the view
+    needs no scheduler."""
     from tests.airflow.airflow_services import AIRFLOW, AirflowServices
     from tests.support.polling import wait_for
 
-    services = AirflowServices(tmp_path_factory.mktemp("cockpit-airflow") / "airflow", ran)
+    services = AirflowServices(airflow_home, home)
     services.migrate()
     services.cli("dags", "reserialize", timeout_s=300)    # the DAGs the cockpit's actions trigger
     port = services.ports[0]
