@@ -3,7 +3,8 @@
 A thin layer over `spark_jobs.checkpoints.run_action`: tables for people, `--json` for machines,
 `--result-file` for the Airflow tasks that submit it as a Spark job. Destructive actions (restore,
 rewind, reset, prune) need `--yes`, accept `--dry-run`, back up the live checkpoint first and
-refuse while P runs.
+refuse while P runs; Airflow submits them after an approval with `--approved-by NAME
+--approval-reason TEXT`, kept in the action's event.
 Exit codes: 0 done / healthy / compatible, 1 unhealthy (validate) or incompatible (compat),
 2 a refused or impossible request.
 """

@@ -4,7 +4,8 @@ Refuses while P runs (stop it first), holds P's lease throughout, backs up the l
 starts a new checkpoint generation and rebuilds the tables: from bronze (default) silver,
 quarantine and gold are re-derived from all of bronze; from the source bronze is re-read too, only
 when the source still holds everything bronze has. `--dry-run` prints the plan (checkpoint files
-and table versions that change, the backup taken) and changes nothing. Event-logged.
+and table versions that change, the backup taken) and changes nothing. Event-logged, with
+`--approved-by NAME --approval-reason TEXT` when Airflow submits it after an approval.
 """
 
 from __future__ import annotations

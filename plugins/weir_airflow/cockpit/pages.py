@@ -28,9 +28,25 @@ def _cell(value: Any, digits: int = 1) -> str:
     return escape(str(value))
 
 
+# Inside Airflow's UI the view is an iframe sandboxed without `allow-top-navigation`, so a link to
+# one of Airflow's own pages (`data-airflow`, target=_top for the view opened on its own) cannot
+# navigate the top window; the frame is same-origin, so it asks Airflow's router to go there.
+OPEN_IN_AIRFLOW = """
+document.addEventListener('click', function (e) {
+  var a = e.target.closest('a[data-airflow]');
+  if (!a || window.parent === window) return;
+  try {
+    window.parent.history.pushState(null, '', a.href);
+    window.parent.dispatchEvent(new PopStateEvent('popstate', {state: null}));
+    e.preventDefault();
+  } catch (err) { /* another origin: the link's own target applies */ }
+});
+"""
+
+
 def _page(title: str, body: str) -> str:
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
-            f"<style>{STYLE}</style></head><body>{body}</body></html>")
+            f"<style>{STYLE}</style><script>{OPEN_IN_AIRFLOW}</script></head><body>{body}</body></html>")
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -195,6 +211,6 @@ def triggered_page(pipeline: str, action: Action, conf: dict[str, Any], done: Tr
         return _page("Weir: not triggered", f"{back}<h2>Airflow refused {escape(done.what)} "
                      f"({done.status})</h2><p class='FAILED' id='error'>{detail}</p>{sent}")
     href = escape(airflow_root + (done.ui_path or ""))
-    link = f"<a id='run' target='_top' href='{href}'>{escape(done.what)}</a>"
+    link = f"<a id='run' data-airflow target='_top' href='{href}'>{escape(done.what)}</a>"
     note = f"<p><i>{escape(action.approval)}</i></p>" if action.approval else ""
     return _page("Weir: triggered", f"{back}<h2>Triggered</h2><p>{link}</p>{note}{sent}")
