@@ -56,7 +56,7 @@ with open(sys.argv[3], "w") as out:   # not stdout: Spark and Airflow log there 
 """
 
 
-@pytest.mark.timeout(600)   # two spark-submitted jobs, each a JVM start on a shared machine
+@pytest.mark.timeout(900)   # two spark-submitted jobs, each a JVM start on a shared machine
 def test_approved_actions_and_the_refresh_are_submitted_with_the_approver_in_the_event_log(
         home: WeirHome, local_spark: None, spark, tmp_path) -> None:
     import json
@@ -77,7 +77,7 @@ def test_approved_actions_and_the_refresh_are_submitted_with_the_approver_in_the
     plugins = Path(__file__).resolve().parents[2] / "plugins"
     report = tmp_path / "task-process.json"
     out = subprocess.run([sys.executable, "-c", APPROVED_IN_A_TASK_PROCESS, str(plugins), P, str(report)],
-                         env=dict(os.environ), capture_output=True, text=True, timeout=560)
+                         env=dict(os.environ), capture_output=True, text=True, timeout=850)
     assert out.returncode == 0, (out.stdout[-2000:], out.stderr[-3000:])
     seen = json.loads(report.read_text())
     assert seen["jvm_started"] is False, seen
