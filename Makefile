@@ -11,6 +11,7 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
 .PHONY: setup demo test up bench lint clean cluster-services
 
 setup: $(VENV)/.installed .cache/jars/jars.txt .cache/kafka/installed.txt cluster-services
+	infra/browser/install.sh
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

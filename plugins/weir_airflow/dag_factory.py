@@ -4,7 +4,8 @@ and nothing else: no I/O beyond importing the catalog entry, heavy imports only 
 For pipeline P:
 - `P_stream`: deploy the stream and keep it alive (deferrable supervision, restart policy);
 - `P_stop`: stop at a batch boundary, stay stopped; `P_restart`: the on-call restart with a reason
-  (plain, from a checkpoint backup, or after a checkpoint reset), then a new `P_stream` run;
+  (plain, from a checkpoint backup, or after a checkpoint reset: those two after an approval of
+  their dry-run plan), then a new `P_stream` run;
 - `P_backfill`: one run per event date (the day its data interval covers: the scheduled midnight
   run reconciles the day that just ended), then a DQ check of that date; its back-fill task reads
   bronze and the dimension (inlets) and emits an asset event for silver, quarantine and gold
@@ -31,6 +32,8 @@ from weir_airflow.operators import StreamRestartOperator, StreamStopOperator, St
 
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 BACKUPS_KEPT = 24
+# P_restart's modes, and the checkpoint action each runs after the stop (a plain restart: none).
+RESTART_MODES = {"restart": None, "restore_backup": "restore", "reset": "reset"}
 CHECKPOINT_ACTIONS = ("inspect", "validate", "backup", "backups", "restore", "rewind", "reset", "prune",
                       "compat")
 
@@ -72,20 +75,43 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
 
     from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 
+    from weir_airflow.approval import PlanApprovalOperator
+
+    # A plain restart stops at a batch boundary and resumes from the same checkpoint (nothing is
+    # lost or rewritten): it runs at once. A restore or reset rewrites the checkpoint: its dry-run
+    # plan waits for a person's approval (which replaced the old `confirm` Param), as P_checkpoint.
     with DAG(f"{name}_restart", schedule=None, max_active_runs=1, tags=[*tags, "stream", "on-call"],
-             description=f"On-call restart of {name} (with a reason; optionally from a checkpoint backup)",
+             description=f"On-call restart of {name} (with a reason; from a checkpoint backup or after "
+                         "a reset once their plan is approved)",
              render_template_as_native_obj=True,
              params={
                  "reason": Param(type="string", minLength=3, description="why (goes to the event log)"),
-                 "mode": Param("restart", enum=["restart", "restore_backup", "reset"]),
+                 "mode": Param("restart", enum=list(RESTART_MODES)),
                  "backup_id": Param(None, type=["null", "string"], description="for restore_backup"),
                  "reset_from": Param(None, type=["null", "string"], description="for reset"),
-                 "confirm": Param(False, type="boolean", description="required for restore_backup/reset"),
              }, **common) as restart_dag:
+
+        @task.branch(task_id="route")
+        def route_restart() -> str:
+            return "restart" if get_current_context()["params"]["mode"] == "restart" else "plan"
+
+        @task(task_id="plan")
+        def restart_plan() -> dict:
+            from weir_airflow.tasks import checkpoint_plan
+
+            p = get_current_context()["params"]
+            return checkpoint_plan(name, RESTART_MODES[p["mode"]], backup_id=p.get("backup_id"),
+                                   reset_from=p.get("reset_from"), actor=_actor(), reason=p.get("reason"))
+
+        # Runs straight after `route`, or after an approval (a rejection skips it, and the deploy).
         restart = StreamRestartOperator(
             task_id="restart", pipeline=name, reason="{{ params.reason }}", mode="{{ params.mode }}",
             backup_id="{{ params.backup_id }}", reset_from="{{ params.reset_from }}",
-            confirm="{{ params.confirm }}")
+            approval_task_id="approve", trigger_rule="none_failed_min_one_success")
+        routed, planned = route_restart(), restart_plan()
+        routed >> [planned, restart]
+        planned >> PlanApprovalOperator(task_id="approve", pipeline=name,
+                                        event_action="restart {{ params.mode }}") >> restart
         restart >> TriggerDagRunOperator(task_id="deploy", trigger_dag_id=f"{name}_stream",
                                          wait_for_completion=False)
     dags[restart_dag.dag_id] = restart_dag
@@ -134,8 +160,6 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
 
         dq_recent()
     dags[dq_dag.dag_id] = dq_dag
-
-    from weir_airflow.approval import PlanApprovalOperator
 
     # Destructive actions show their dry-run plan and wait for a person's approval (which replaces
     # the old `confirm` Param); the others, and dry runs, run at once.

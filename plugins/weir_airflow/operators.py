@@ -169,13 +169,13 @@ class StreamStopOperator(BaseOperator):
 
 class StreamRestartOperator(BaseOperator):
     """The on-call restart: stop the driver, optionally restore a checkpoint backup or reset the
-    checkpoint, and leave the pipeline ready for the next `P_stream` run (triggered downstream),
-    with the reason in the event log."""
+    checkpoint (only once the task `approval_task_id` approved its plan), and leave the pipeline
+    ready for the next `P_stream` run (triggered downstream), with the reason in the event log."""
 
-    template_fields: Sequence[str] = ("pipeline", "reason", "mode", "backup_id", "reset_from", "confirm")
+    template_fields: Sequence[str] = ("pipeline", "reason", "mode", "backup_id", "reset_from")
 
     def __init__(self, *, pipeline: str, reason: str, mode: str = "restart", backup_id: str | None = None,
-                 reset_from: str | None = None, confirm: bool | str = False,
+                 reset_from: str | None = None, approval_task_id: str | None = None,
                  graceful_timeout_s: float = GRACEFUL_TIMEOUT_S, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.pipeline = pipeline
@@ -183,16 +183,22 @@ class StreamRestartOperator(BaseOperator):
         self.mode = mode
         self.backup_id = backup_id
         self.reset_from = reset_from
-        self.confirm = confirm
+        self.approval_task_id = approval_task_id
         self.graceful_timeout_s = graceful_timeout_s
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from spark_jobs.control.oncall import restart
-        from weir_airflow.tasks import checkpoint_action
+        from functools import partial
 
-        # The restore or reset (and the deploy gate a restore re-runs) is a submitted `weir
-        # checkpoint` job: no JVM in this worker.
+        from spark_jobs.control.oncall import restart
+        from weir_airflow.tasks import approved, checkpoint_action
+
+        # A restore or reset runs once approved (the approval stands for `--yes` and goes to its
+        # event); it is a submitted `weir checkpoint` job: no JVM in this worker.
+        approval = None
+        if self.mode != "restart":
+            approval = approved(context["ti"].xcom_pull(task_ids=self.approval_task_id),
+                                f"{self.pipeline} restart ({self.mode})")
         return restart(weir_home(), self.pipeline, actor=actor_of(context), reason=self.reason,
                        mode=self.mode, backup_id=self.backup_id or None, reset_from=self.reset_from or None,
-                       confirm=str(self.confirm).lower() in ("true", "1", "yes"),
-                       graceful_timeout_s=float(self.graceful_timeout_s), checkpoint=checkpoint_action)
+                       confirm=approval is not None, graceful_timeout_s=float(self.graceful_timeout_s),
+                       checkpoint=partial(checkpoint_action, approval=approval))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.commands.checkpoint import command_line
+from spark_jobs.commands.refresh import command_line as refresh_command_line
 from spark_jobs.control.maintenance import SAFE_RETENTION_HOURS
 from spark_jobs.control.submit_secrets import private_folder
 from spark_jobs.errors import UserError
@@ -114,12 +115,14 @@ def recent_dates(logical_date: dt.datetime | None, days: int = RECENT_DAYS) -> t
 def checkpoint_action(pipeline: str, action: str, *, backup_id: str | None = None,
                       reset_from: str | None = None, keep: int | None = None, dry_run: bool = False,
                       confirm: bool = False, actor: str = "airflow", reason: str | None = None,
-                      conn_id: str = "spark_default") -> dict:
+                      approval: dict[str, Any] | None = None, conn_id: str = "spark_default") -> dict:
     """A checkpoint action (inspect, validate, backup, backups, restore, rewind, reset, prune,
-    compat) through `weir checkpoint`, which writes its own event-log entries. An unhealthy
-    (validate) or incompatible (compat) verdict is returned, not raised, as the CLI's exit 1."""
+    compat) through `weir checkpoint`, which writes its own event-log entries (with `approval`,
+    who approved it and why, for a destructive one). An unhealthy (validate) or incompatible
+    (compat) verdict is returned, not raised, as the CLI's exit 1."""
     args = command_line(pipeline, action, backup_id=backup_id or None, reset_from=reset_from or None,
-                        keep=keep, dry_run=dry_run, confirm=confirm, reason=reason or None)
+                        keep=keep, dry_run=dry_run, confirm=confirm, reason=reason or None,
+                        approval=approval)
     result = submit_cli(pipeline, args, conn_id=conn_id, actor=actor, with_result=True).result
     if result is None:
         raise CommandFailedError(f"weir checkpoint {action} {pipeline} wrote no result")
@@ -175,33 +178,39 @@ def approved_checkpoint_action(pipeline: str, action: str, payload: dict[str, An
                                backup_id: str | None = None, reset_from: str | None = None,
                                keep: int | None = None, actor: str = "airflow",
                                reason: str | None = None) -> dict[str, Any]:
-    """A destructive checkpoint action once approved: the approval stands for `--yes`, and who
-    approved it and why go to the action's event."""
-    from spark_jobs.checkpoints import run_action
-
+    """A destructive checkpoint action once approved, submitted as `weir checkpoint ... --yes
+    --approved-by NAME --approval-reason TEXT`: the approval stands for `--yes`, and who approved
+    it and why go to the action's event."""
     approval = approved(payload, f"{pipeline} checkpoint {action}")
-    result = run_action(pipeline, action, backup_id=backup_id or None, reset_from=reset_from or None,
-                        keep=keep, confirm=True, actor=actor, reason=reason or None, approval=approval)
+    result = checkpoint_action(pipeline, action, backup_id=backup_id, reset_from=reset_from, keep=keep,
+                               confirm=True, actor=actor, reason=reason, approval=approval)
     log.info("%s checkpoint %s approved by %s: %s", pipeline, action, approval["by"], result)
+    return result
+
+
+def submitted_refresh(pipeline: str, origin: str, *, dry_run: bool = False, actor: str = "airflow",
+                      reason: str | None = None, approval: dict[str, Any] | None = None,
+                      conn_id: str = "spark_default") -> dict[str, Any]:
+    """`weir refresh` as a submitted Spark job (its plan from the source reads bronze, the refresh
+    rebuilds the tables): `--dry-run`, or `--yes` with the approval; event-logged by the command."""
+    args = refresh_command_line(pipeline, origin, dry_run=dry_run, reason=reason, approval=approval)
+    result = submit_cli(pipeline, args, conn_id=conn_id, actor=actor, with_result=True).result
+    if result is None:
+        raise CommandFailedError(f"weir refresh {pipeline} wrote no result")
     return result
 
 
 def refresh_plan(pipeline: str, origin: str, *, actor: str = "airflow",
                  reason: str | None = None) -> dict[str, Any]:
     """The dry run of `weir refresh`, for its approval step (plan and Markdown)."""
-    from spark_jobs.checkpoints.refresh import refresh
-
-    result = refresh(pipeline, origin=origin, dry_run=True, actor=actor, reason=reason or None)
+    result = submitted_refresh(pipeline, origin, dry_run=True, actor=actor, reason=reason or None)
     return {"plan": result, "text": plan_markdown(f"refresh of {pipeline} from {origin}", result)}
 
 
 def approved_refresh(pipeline: str, origin: str, payload: dict[str, Any] | None, *,
                      actor: str = "airflow", reason: str | None = None) -> dict[str, Any]:
-    """`weir refresh --yes` once approved (in this worker, as the checkpoint actions run)."""
-    from spark_jobs.checkpoints.refresh import refresh
-
+    """`weir refresh --yes --approved-by NAME ...` once approved, submitted like every action."""
     approval = approved(payload, f"{pipeline} refresh")
-    result = refresh(pipeline, origin=origin, confirm=True, actor=actor, reason=reason or None,
-                     approval=approval)
+    result = submitted_refresh(pipeline, origin, actor=actor, reason=reason or None, approval=approval)
     log.info("%s refresh from %s approved by %s: %s", pipeline, origin, approval["by"], result)
     return result

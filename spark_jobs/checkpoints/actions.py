@@ -67,10 +67,8 @@ def run_action(pipeline: str, action: str, *, backup_id: str | None = None,
     for path in (home.checkpoints(p.name), home.backups(p.name),
                  *(topology.checkpoint_location(home, p, q) for q in topology.QUERIES)):
         home.confine(path)
-    if action in DESTRUCTIVE and not (confirm or dry_run):
-        raise ConfirmationRequiredError(
-            f"{action} of {p.name} is destructive: confirm it (--yes on the CLI, the approval in "
-            "Airflow) or preview it with --dry-run")
+    if action in DESTRUCTIVE:
+        require_confirmation(f"{action} of {p.name} is destructive", confirm=confirm, dry_run=dry_run)
     started = time.monotonic()
     with holding(home, p.name, action, dry_run=dry_run):
         try:
@@ -88,9 +86,20 @@ def run_action(pipeline: str, action: str, *, backup_id: str | None = None,
     result["seconds"] = round(time.monotonic() - started, 3)
     if approval:
         result["approval"] = approval
+    if dry_run and action in NEEDS_STOPPED:
+        result["running_driver"] = running_driver_note(home, p.name)
     if action in DESTRUCTIVE or action == "backup":
         _record(home, p.name, action, "dry run" if dry_run else "ok", actor, reason, result)
     return result
+
+
+def require_confirmation(what: str, *, confirm: bool, dry_run: bool) -> None:
+    """Refuse a destructive action that is neither confirmed nor a dry run; `what` says what it
+    is and why it is destructive. The one guard of the checkpoint actions and the refresh."""
+    if not (confirm or dry_run):
+        raise ConfirmationRequiredError(
+            f"{what}: confirm it (--yes on the CLI, the approval in Airflow) or preview it with "
+            "--dry-run")
 
 
 def _with(approval: dict[str, Any] | None, details: dict[str, Any]) -> dict[str, Any]:
@@ -109,15 +118,12 @@ def _record(home: WeirHome, pipeline: str, action: str, outcome: str, actor: str
 def holding(home: WeirHome, pipeline: str, action: str, *, dry_run: bool) -> Iterator[None]:
     """Hold `pipeline` for a checkpoint-rewriting action: take its driver lease for the whole
     action, so a driver started meanwhile (a supervisor's relaunch) is refused with
-    `LeaseHeldError` rather than starting on a half-installed checkpoint. A dry run only checks
-    that no driver runs; other actions do not hold it."""
+    `LeaseHeldError` rather than starting on a half-installed checkpoint. A dry run holds and
+    refuses nothing (its plan names the running driver, see `running_driver_note`: `P_restart`
+    shows the plan before it stops the stream); other actions do not hold it."""
     from spark_jobs.control import lease
 
-    if action not in NEEDS_STOPPED:
-        yield
-        return
-    if dry_run:
-        _refuse_while_running(home, pipeline, action)
+    if action not in NEEDS_STOPPED or dry_run:
         yield
         return
     try:
@@ -128,6 +134,15 @@ def holding(home: WeirHome, pipeline: str, action: str, *, dry_run: bool) -> Ite
     with held:
         log.info("%s: held for checkpoint %s (lease pid %d)", pipeline, action, held.record.pid)
         yield
+
+
+def running_driver_note(home: WeirHome, pipeline: str) -> str | None:
+    """For a dry run's plan: the driver that runs now (the action itself refuses while it does,
+    so it has to be stopped first), or None."""
+    from spark_jobs.checkpoints.liveness import running_driver
+
+    driver = running_driver(home, pipeline)
+    return None if driver is None else f"{driver}: stop it first (P_restart does)"
 
 
 def _refuse_while_running(home: WeirHome, pipeline: str, action: str) -> None:

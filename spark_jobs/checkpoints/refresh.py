@@ -27,7 +27,7 @@ from urllib.parse import unquote, urlparse
 
 from spark_jobs import topology
 from spark_jobs.checkpoints import backups, generations, layout
-from spark_jobs.checkpoints.actions import ConfirmationRequiredError, holding, safety_backup
+from spark_jobs.checkpoints.actions import holding, require_confirmation, running_driver_note, safety_backup
 from spark_jobs.errors import UserError
 from spark_jobs.home import WeirHome
 from spark_jobs.landing_manifest import DIGEST_HEX_IN_SOURCE, file_digest
@@ -78,10 +78,8 @@ def refresh(pipeline: str, *, origin: str = "bronze", dry_run: bool = False, con
     home = home or WeirHome.from_env()
     p = catalog.load(pipeline)
     _confine(home, p)
-    if not (confirm or dry_run):
-        raise ConfirmationRequiredError(
-            f"refresh of {p.name} rewrites its checkpoint and tables: confirm it (--yes on the CLI, "
-            "the approval in Airflow) or preview it with --dry-run")
+    require_confirmation(f"refresh of {p.name} rewrites its checkpoint and tables", confirm=confirm,
+                         dry_run=dry_run)
     started = time.monotonic()
     with holding(home, p.name, ACTION, dry_run=dry_run):
         try:
@@ -98,6 +96,8 @@ def refresh(pipeline: str, *, origin: str = "bronze", dry_run: bool = False, con
             raise
     result.update(pipeline=p.name, action=ACTION, dry_run=dry_run,
                   seconds=round(time.monotonic() - started, 3))
+    if dry_run:
+        result["running_driver"] = running_driver_note(home, p.name)
     if approval:
         result["approval"] = approval
     _record(home, p.name, "dry run" if dry_run else "ok", actor, reason, approval, result)

@@ -140,6 +140,6 @@ def detail(home: WeirHome, name: str, *, now: dt.datetime | None = None,
         "events": [{**_plain_row(e), "details": e.get("details")} for e in reversed(events)],
         "dq_results": dq_rows,
         "checkpoint": _checkpoint(home, name),
-        "actions": [a.as_dict() for a in actions.for_pipeline(
+        "actions": [a.as_dict(name) for a in actions.for_pipeline(
             name, date_from=dates[0] if dates else None, date_to=dates[-1] if dates else None)],
     }

@@ -3,7 +3,8 @@
 A thin layer over `spark_jobs.checkpoints.run_action`: tables for people, `--json` for machines,
 `--result-file` for the Airflow tasks that submit it as a Spark job. Destructive actions (restore,
 rewind, reset, prune) need `--yes`, accept `--dry-run`, back up the live checkpoint first and
-refuse while P runs.
+refuse while P runs; Airflow submits them after an approval with `--approved-by NAME
+--approval-reason TEXT`, kept in the action's event.
 Exit codes: 0 done / healthy / compatible, 1 unhealthy (validate) or incompatible (compat),
 2 a refused or impossible request.
 """
@@ -61,12 +62,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             p.add_argument("--dry-run", action="store_true", help="say what would happen, change nothing")
         if action in REASONED:
             p.add_argument("--reason", help="why (kept in the event log)")
+        if action in DESTRUCTIVE:
+            add_approval(p)
         p.set_defaults(handler=handle)
+
+
+def add_approval(parser: argparse.ArgumentParser) -> None:
+    """`--approved-by NAME --approval-reason TEXT`: the approval an Airflow step gave this run (it
+    submits the command with `--yes` once a person approved the plan), kept in the action's event."""
+    parser.add_argument("--approved-by", metavar="NAME",
+                        help="who approved it (Airflow's approval step), for the event log")
+    parser.add_argument("--approval-reason", metavar="TEXT", help="the approver's reason, for the event log")
+
+
+def approval_of_args(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The approval given on the command line, in the event log's form, or None."""
+    by = getattr(args, "approved_by", None)
+    if not by:
+        return None
+    return {"decision": "Approve", "by": by, "reason": getattr(args, "approval_reason", None) or None}
+
+
+def approval_options(approval: dict[str, Any] | None) -> list[str]:
+    """The `weir` options that carry `approval` (as `approval_of_args` reads them back)."""
+    if not approval:
+        return []
+    options = [f"--approved-by={approval['by']}"]    # `=`: a name or reason may start with a dash
+    if approval.get("reason"):
+        options.append(f"--approval-reason={approval['reason']}")
+    return options
 
 
 def command_line(pipeline: str, action: str, *, backup_id: str | None = None,
                  reset_from: str | None = None, keep: int | None = None, dry_run: bool = False,
-                 confirm: bool = False, reason: str | None = None) -> list[str]:
+                 confirm: bool = False, reason: str | None = None,
+                 approval: dict[str, Any] | None = None) -> list[str]:
     """`weir` arguments for `run_action`'s keywords (how Airflow submits an action): each option
     only where the action's parser has it, as `run_action` ignores it elsewhere."""
     args = ["checkpoint", action, pipeline]
@@ -84,6 +114,8 @@ def command_line(pipeline: str, action: str, *, backup_id: str | None = None,
         args.append("--dry-run")
     if action in REASONED and reason:
         args.append(f"--reason={reason}")   # `=`: a reason may start with a dash
+    if action in DESTRUCTIVE:
+        args.extend(approval_options(approval))
     return args
 
 
@@ -118,7 +150,8 @@ def handle(args: argparse.Namespace) -> int:
                 args.pipeline, args.action, backup_id=getattr(args, "backup_id", None),
                 reset_from=getattr(args, "reset_from", None), keep=getattr(args, "keep", None),
                 dry_run=getattr(args, "dry_run", False), confirm=getattr(args, "yes", False),
-                actor=default_actor(), reason=getattr(args, "reason", None), progress=progress)
+                actor=default_actor(), reason=getattr(args, "reason", None),
+                approval=approval_of_args(args), progress=progress)
     write_result(args.result_file, result)
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True, default=str))

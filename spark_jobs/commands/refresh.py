@@ -4,14 +4,17 @@ Refuses while P runs (stop it first), holds P's lease throughout, backs up the l
 starts a new checkpoint generation and rebuilds the tables: from bronze (default) silver,
 quarantine and gold are re-derived from all of bronze; from the source bronze is re-read too, only
 when the source still holds everything bronze has. `--dry-run` prints the plan (checkpoint files
-and table versions that change, the backup taken) and changes nothing. Event-logged.
+and table versions that change, the backup taken) and changes nothing. Event-logged, with
+`--approved-by NAME --approval-reason TEXT` when Airflow submits it after an approval.
 """
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
-from spark_jobs.commands import pipeline_arg
+from spark_jobs.commands import add_result_file, pipeline_arg, write_result
+from spark_jobs.commands.checkpoint import add_approval, approval_of_args, approval_options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,8 +32,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     confirm.add_argument("--yes", action="store_true", help="confirm the refresh")
     confirm.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     p.add_argument("--reason", help="why (kept in the event log)")
+    add_approval(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_result_file(p)
     p.set_defaults(handler=handle, origin="bronze")
+
+
+def command_line(pipeline: str, origin: str, *, dry_run: bool = False, reason: str | None = None,
+                 approval: dict[str, Any] | None = None) -> list[str]:
+    """`weir` arguments of a refresh (how Airflow submits it): `--dry-run`, or `--yes` with the
+    approval it runs under."""
+    args = ["refresh", pipeline, f"--from-{origin}", "--dry-run" if dry_run else "--yes"]
+    if reason:
+        args.append(f"--reason={reason}")    # `=`: a reason may start with a dash
+    return [*args, *approval_options(approval)]
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -46,7 +61,9 @@ def handle(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     with copy_progress(err, not args.dry_run) as progress:
         result = refresh(args.pipeline, origin=args.origin, dry_run=args.dry_run, confirm=args.yes,
-                         actor=default_actor(), reason=args.reason, progress=progress)
+                         actor=default_actor(), reason=args.reason, approval=approval_of_args(args),
+                         progress=progress)
+    write_result(args.result_file, result)
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True, default=str))
         return 0

@@ -214,3 +214,33 @@ def test_an_approved_refresh_runs_once_with_the_approver_in_the_event_log(home, 
     assert (done["outcome"], done["actor"], done["reason"]) == ("ok", "dag_test", "INC-23 new measure")
     approval = done["details"]["approval"]
     assert (approval["decision"], approval["by"], approval["reason"]) == ("Approve", "alice", "schema v2")
+
+
+def test_a_restart_that_resets_waits_for_approval_rejected_it_changes_nothing(home) -> None:
+    """`P_restart` in a rewriting mode: plan, approval, then stop + reset + deploy. A rejection
+    stops nothing and rewrites nothing; an approval runs the reset with the approver in its event.
+    (Runs last in this module: the approved reset starts a new checkpoint generation.)"""
+    weir, _ = home
+    before = snapshot(weir)
+
+    run, seen = run_answered(f"{P}_restart", lambda d, s: respond(d, "Reject", "wrong day", "bob", s),
+                             mode="reset", reset_from="earliest", reason="INC-24 lost offsets")
+    states = task_states(run)
+    assert (states["route"], states["plan"], states["approve"]) == ("success",) * 3, states
+    assert (states["restart"], states["deploy"]) == ("skipped", "skipped"), states
+    assert "reset" in seen["subject"] and '"reset_from": "earliest"' in seen["body"], seen
+    assert snapshot(weir) == before
+    [rejected] = events(weir, "restart reset")
+    assert (rejected["outcome"], rejected["actor"], rejected["reason"]) == ("rejected", "bob", "wrong day")
+    assert not events(weir, "restart") and not events(weir, "stop"), "a rejected restart stops nothing"
+
+    run, seen = run_answered(f"{P}_restart", lambda d, s: respond(d, "Approve", "offsets gone", "alice", s),
+                             mode="reset", reset_from="earliest", reason="INC-25 lost offsets")
+    assert run.state == "success", task_states(run)
+    [reset] = events(weir, "checkpoint reset")[-1:]
+    assert (reset["outcome"], reset["reason"]) == ("ok", "INC-25 lost offsets"), reset
+    approval = reset["details"]["approval"]
+    assert (approval["decision"], approval["by"], approval["reason"]) == ("Approve", "alice", "offsets gone")
+    [restarted] = events(weir, "restart")
+    assert restarted["details"]["mode"] == "reset" and restarted["details"]["checkpoint"]["generation"] > 0
+    assert snapshot(weir)[1] != before[1], "the approved reset installed a new checkpoint generation"

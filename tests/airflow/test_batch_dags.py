@@ -290,8 +290,8 @@ dags = pipeline_dags(P)
 states = {}
 for dag_id, conf in (("dq", None), ("checkpoint", {"action": "inspect"}),
                      ("checkpoint", {"action": "backup"}),
-                     ("restart", {"reason": "no JVM here", "mode": "restore_backup",
-                                  "backup_id": "latest", "confirm": True})):
+                     ("restart", {"reason": "no JVM here", "mode": "restart"})):
+    # (A restore or reset through P_restart waits for an approval: test_approvals.py runs it.)
     run = dags[f"{P}_{dag_id}"].test(run_conf=conf)
     what = (conf or {}).get("action") or (conf or {}).get("mode") or ""
     states[f"{dag_id} {what}".strip()] = str(run.state)
@@ -321,6 +321,6 @@ def test_dq_checkpoint_restart_tasks_and_the_deploy_gate_start_no_jvm_in_the_air
     assert out.returncode == 0, (out.stdout[-2000:], out.stderr[-3000:])
     seen = json.loads(report.read_text())
     assert seen["states"] == {"dq": "success", "checkpoint inspect": "success",
-                              "checkpoint backup": "success", "restart restore_backup": "success"}, seen
+                              "checkpoint backup": "success", "restart restart": "success"}, seen
     assert "shuffle partitions" in seen["gate"].get("refused", ""), seen
     assert seen["jvm_started"] is False, seen

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -184,21 +185,51 @@ def test_pipeline_page_shows_progress_events_dq_and_checkpoint(spark, client: Te
     html = get(client, f"/pipelines/{P}").text
     assert html.count("<svg") == 4
     assert len(re.findall("<polyline", html)) >= 2 * len(QUERIES)   # rates of each query are plotted
-    assert f"href='/dags/{P}_restart?" in html                       # opens Airflow's page at the top
+    assert f"href='../pipelines/{P}/actions/restart?" in html        # the action's own form
+    assert f"{P}/actions/checkpoint?action=restore&amp;backup_id={backup['id']}" in html
     assert backup["id"] in html
     for event in detail["events"]:
         assert event["action"] in html
 
 
+def test_an_action_form_is_prefilled_and_refuses_bad_input_or_another_site(client: TestClient,
+                                                                           ran: WeirHome) -> None:
+    """Airflow 3.3.2's trigger form cannot be pre-filled by URL: the cockpit's own form is, from
+    its link; a bad value or a post from another site never reaches Airflow."""
+    form = get(client, f"/pipelines/{P}/actions/checkpoint?action=restore&backup_id=20261120T090000Z").text
+    assert "<option selected>restore</option>" in form and "value='20261120T090000Z'" in form, form
+    assert f"{P}_checkpoint" in form and "approval" in form
+    backfill = get(client, f"/pipelines/{P}/actions/backfill?from_date=2026-11-19&to_date=2026-11-20").text
+    assert "value='2026-11-19'" in backfill and "value='2026-11-20'" in backfill
+    headers = {"Authorization": f"Bearer {token('admin')}"}
+    bad = client.post(f"/weir/pipelines/{P}/actions/backfill", headers=headers,
+                      data={"from_date": "2026-11-31", "to_date": "2026-11-20"})
+    assert bad.status_code == 400 and "from_date: not a date" in bad.text, bad.text[:500]
+    foreign = client.post(f"/weir/pipelines/{P}/actions/stop", data={"reason": "x"},
+                          headers={**headers, "Origin": "https://elsewhere.example"})
+    assert foreign.status_code == 403, foreign.text[:300]
+    assert client.post(f"/weir/pipelines/{P}/actions/stop", data={"reason": "x"}).status_code == 401
+    assert client.get(f"/weir/pipelines/{P}/actions/nope", headers=headers).status_code == 404
+
+
 @pytest.fixture(scope="module")
 def api_server(ran: WeirHome, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """Airflow's real API server with its UI apps (`--apps core`), on the module's WEIR_HOME:
-    (base URL, AIRFLOW_HOME). Only the API server: the view needs no scheduler."""
+    """Airflow's real API server with its UI apps, on the module's WEIR_HOME."""
+    with ui_api_server(ran, tmp_path_factory.mktemp("cockpit-airflow") / "airflow") as server:
+        yield server
+
+
+@contextmanager
+def ui_api_server(home: WeirHome, airflow_home: Path) -> Iterator[tuple[str, Path]]:
+    """Airflow's real API server with its UI apps (`--apps core`) on `home`, the DAGs serialized
+    (the cockpit's actions trigger them): (base URL, AIRFLOW_HOME). Only the API server: the view
+    needs no scheduler."""
     from tests.airflow.airflow_services import AIRFLOW, AirflowServices
     from tests.support.polling import wait_for
 
-    services = AirflowServices(tmp_path_factory.mktemp("cockpit-airflow") / "airflow", ran)
+    services = AirflowServices(airflow_home, home)
     services.migrate()
+    services.cli("dags", "reserialize", timeout_s=300)    # the DAGs the cockpit's actions trigger
     port = services.ports[0]
     log_path = services.log_path("api-server")
     log_path.parent.mkdir(parents=True, exist_ok=True)

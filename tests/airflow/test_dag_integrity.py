@@ -91,7 +91,7 @@ def test_every_pipeline_has_its_dags_with_owner_tags_and_alerts(parsed: dict) ->
         assert dags[f"{name}_stream"]["max_active_runs"] == 1
         assert dags[f"{name}_backfill"]["tasks"] == ["backfill", "dq"]
         assert dags[f"{name}_checkpoint_backup"]["tasks"] == ["backup", "prune"]
-        assert dags[f"{name}_restart"]["tasks"] == ["deploy", "restart"]
+        assert dags[f"{name}_restart"]["tasks"] == ["approve", "deploy", "plan", "restart", "route"]
         assert dags[f"{name}_checkpoint"]["tasks"] == ["approve", "checkpoint", "plan", "route"]
         assert dags[f"{name}_refresh"]["tasks"] == ["approve", "plan", "refresh"]
 
@@ -100,9 +100,9 @@ def test_on_call_params(parsed: dict) -> None:
     restart = parsed["dags"]["playback_restart"]["params"]
     assert restart["reason"]["schema"]["minLength"] >= 1 and restart["reason"]["value"] is None
     assert restart["mode"]["schema"]["enum"] == ["restart", "restore_backup", "reset"]
-    assert restart["confirm"]["value"] is False
-    checkpoint = parsed["dags"]["playback_checkpoint"]["params"]
     # The approval of the plan replaced the `confirm` Param of the destructive actions.
+    assert set(restart) == {"reason", "mode", "backup_id", "reset_from"}
+    checkpoint = parsed["dags"]["playback_checkpoint"]["params"]
     assert set(checkpoint) == {"action", "backup_id", "reset_from", "keep", "dry_run", "reason"}
     assert set(checkpoint["action"]["schema"]["enum"]) == {
         "inspect", "validate", "backup", "backups", "restore", "rewind", "reset", "prune", "compat"}

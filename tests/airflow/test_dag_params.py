@@ -1,6 +1,7 @@
 """The on-call Params of `P_stop` and `P_restart` reach their operators rendered, with their
 types: a template field the operator does not declare stays the literal "{{ params.x }}" text
-(`P_stop` failed on its timeout that way, and `P_restart` could never confirm a restore)."""
+(`P_stop` failed on its timeout that way, and `P_restart` could never confirm a restore, which
+its approval step now does)."""
 
 from __future__ import annotations
 
@@ -25,9 +26,11 @@ def test_stop_params_reach_the_operator() -> None:
 def test_restart_params_reach_the_operator() -> None:
     restart = dags()[f"{P}_restart"].get_task("restart")
     restart.render_template_fields({"params": {"reason": "INC-9", "mode": "reset", "backup_id": None,
-                                               "reset_from": "latest", "confirm": True}})
-    assert (restart.reason, restart.mode, restart.backup_id, restart.reset_from, restart.confirm) == (
-        "INC-9", "reset", None, "latest", True)
+                                               "reset_from": "latest"}})
+    assert (restart.reason, restart.mode, restart.backup_id, restart.reset_from) == (
+        "INC-9", "reset", None, "latest")
+    # A restore or reset runs on the approval of its plan, not on a Param anyone can tick.
+    assert restart.approval_task_id == "approve" and "confirm" not in dags()[f"{P}_restart"].params
 
 
 def backfill_dates(infos: list) -> list[str]:
@@ -76,12 +79,12 @@ def test_checkpoint_params_become_a_weir_command_line_with_the_same_arguments(
     from weir_airflow.dag_factory import CHECKPOINT_ACTIONS
 
     from spark_jobs.cli import build_parser
-    from spark_jobs.commands.checkpoint import command_line
+    from spark_jobs.commands.checkpoint import approval_of_args, command_line
 
     assert action in CHECKPOINT_ACTIONS
     monkeypatch.setenv("WEIR_HOME", str(tmp_path))
     argv = command_line(P, action, backup_id="20261120T090000Z", reset_from="latest", keep=3,
-                        dry_run=True, confirm=True, reason="-INC-7: bad offsets")
+                        dry_run=True, confirm=True, reason="-INC-7: bad offsets", approval=APPROVAL)
     args = build_parser().parse_args([*argv, "--result-file", str(tmp_path / "result.json")])
     destructive = action in ("restore", "rewind", "reset", "prune")
     seen = {key: getattr(args, key, None) for key in ("backup_id", "reset_from", "keep", "dry_run", "yes",
@@ -96,3 +99,27 @@ def test_checkpoint_params_become_a_weir_command_line_with_the_same_arguments(
         "yes": True if destructive else None,
         "reason": "-INC-7: bad offsets" if destructive or action == "backup" else None,
     }, seen
+    assert approval_of_args(args) == (RECORDED if destructive else None)
+
+
+# An approval as Airflow's approval step hands it over, and as the submitted command records it.
+APPROVAL = {"decision": "Approve", "by": "-alice", "reason": "-ok: plan read", "at": "2026-11-23T22:00:00"}
+RECORDED = {"decision": "Approve", "by": "-alice", "reason": "-ok: plan read"}
+
+
+@pytest.mark.parametrize("origin", ["bronze", "source"])
+def test_refresh_params_and_the_approval_become_a_weir_command_line(
+        origin: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`P_refresh` submits `weir refresh`: its plan as `--dry-run`, the approved refresh as `--yes`
+    with who approved it and why, for the command's event log."""
+    from spark_jobs.cli import build_parser
+    from spark_jobs.commands.checkpoint import approval_of_args
+    from spark_jobs.commands.refresh import command_line
+
+    monkeypatch.setenv("WEIR_HOME", str(tmp_path))
+    for dry_run, approval in ((True, None), (False, APPROVAL)):
+        argv = command_line(P, origin, dry_run=dry_run, reason="-INC-8", approval=approval)
+        args = build_parser().parse_args([*argv, "--result-file", str(tmp_path / "r.json")])
+        assert (args.command, args.pipeline, args.origin, args.dry_run, args.yes, args.reason) == (
+            "refresh", P, origin, dry_run, not dry_run, "-INC-8")
+        assert approval_of_args(args) == (RECORDED if approval else None)

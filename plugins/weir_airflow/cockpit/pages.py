@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 from html import escape
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
+from spark_jobs.cockpit.actions import Action, Field
 from weir_airflow.cockpit.svg import Line, line_plot
+from weir_airflow.cockpit.trigger import Triggered
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:16px;color:#222}
@@ -26,9 +28,25 @@ def _cell(value: Any, digits: int = 1) -> str:
     return escape(str(value))
 
 
+# Inside Airflow's UI the view is an iframe sandboxed without `allow-top-navigation`, so a link to
+# one of Airflow's own pages (`data-airflow`, target=_top for the view opened on its own) cannot
+# navigate the top window; the frame is same-origin, so it asks Airflow's router to go there.
+OPEN_IN_AIRFLOW = """
+document.addEventListener('click', function (e) {
+  var a = e.target.closest('a[data-airflow]');
+  if (!a || window.parent === window) return;
+  try {
+    window.parent.history.pushState(null, '', a.href);
+    window.parent.dispatchEvent(new PopStateEvent('popstate', {state: null}));
+    e.preventDefault();
+  } catch (err) { /* another origin: the link's own target applies */ }
+});
+"""
+
+
 def _page(title: str, body: str) -> str:
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
-            f"<style>{STYLE}</style></head><body>{body}</body></html>")
+            f"<style>{STYLE}</style><script>{OPEN_IN_AIRFLOW}</script></head><body>{body}</body></html>")
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -122,13 +140,15 @@ def pipeline_page(detail: dict[str, Any], *, airflow_root: str) -> str:
     queries = _table(["query", "last committed batch", "path"],
                      [[escape(q), _cell(c["last_committed_batch"]), _cell(c["path"])]
                       for q, c in checkpoint["queries"].items()])
-    backups = _table(["backup", "created (UTC)", "kind", "batches", "actor", "reason"],
+    backups = _table(["backup", "created (UTC)", "kind", "batches", "actor", "reason", "actions"],
                      [[_cell(b["id"]), _cell(b["created_at"]), _cell(b["kind"]),
                        escape(", ".join(f"{q}: {c['batch']}" for q, c in b["queries"].items())),
-                       _cell(b["actor"]), _cell(b["reason"])] for b in checkpoint["backups"]])
-    actions = _table(["action", "DAG", "run configuration"],
-                     [[f"<a target='_top' href='{escape(airflow_root + a['url'])}'>{escape(a['label'])}</a>",
-                       escape(a["dag_id"]), f"<pre>{escape(json.dumps(a['conf'], sort_keys=True))}</pre>"]
+                       _cell(b["actor"]), _cell(b["reason"]), _backup_actions(name, b["id"])]
+                      for b in checkpoint["backups"]])
+    actions = _table(["action", "DAG", "pre-filled", "approval"],
+                     [[f"<a class='action' href='../{escape(a['url'])}'>{escape(a['label'])}</a>",
+                       escape(a["dag_id"]), f"<pre>{escape(json.dumps(a['conf'], sort_keys=True))}</pre>",
+                       _cell(a["approval"])]
                       for a in detail["actions"]])
     body = (f"<p><a href='../'>all pipelines</a></p><h2>{escape(name)}</h2>{summary}"
             f"<h3>Last hour ({escape(detail['window']['from'])} – {escape(detail['window']['to'])})</h3>"
@@ -136,8 +156,61 @@ def pipeline_page(detail: dict[str, Any], *, airflow_root: str) -> str:
             f"<h3>Latest DQ run</h3>{dq}"
             f"<h3>Checkpoint (generation {escape(str(generation.get('generation')))}, "
             f"{escape(str(generation.get('origin')))})</h3>{queries}<h4>Backups</h4>{backups}"
-            f"<h3>Actions</h3><p>Each opens the DAG in Airflow; press Trigger and paste the run "
-            f"configuration shown.</p>{actions}"
+            f"<h3>Actions</h3><p>Each opens its form here, pre-filled; submitting it triggers the "
+            f"DAG in Airflow as you.</p>{actions}"
             f"<p><small>JSON: <a href='../api/pipelines/{quote(name)}'>api/pipelines/{escape(name)}</a>"
             f"</small></p>")
     return _page(f"Weir: {name}", body)
+
+
+def _backup_actions(pipeline: str, backup_id: str) -> str:
+    """Links to the checkpoint actions that take this backup as their target, pre-filled."""
+    links = []
+    for verb in ("restore", "rewind"):
+        query = urlencode({"action": verb, "backup_id": backup_id})
+        links.append(f"<a href='{escape(quote(pipeline))}/actions/checkpoint?{escape(query)}'>{verb}</a>")
+    return " ".join(links)
+
+
+def _field(f: Field) -> str:
+    name = escape(f.name)
+    value = "" if f.value is None else str(f.value)
+    if f.kind == "bool":
+        control = f"<input type='checkbox' name='{name}' id='{name}'{' checked' if f.value else ''}>"
+    elif f.kind == "choice":
+        options = "".join(f"<option{' selected' if c == value else ''}>{escape(c)}</option>"
+                          for c in f.choices)
+        control = f"<select name='{name}' id='{name}'>{options}</select>"
+    else:
+        kind = {"date": "date", "int": "number"}.get(f.kind, "text")
+        control = f"<input type='{kind}' name='{name}' id='{name}' value='{escape(value)}'>"
+    return (f"<tr><th><label for='{name}'>{name}</label></th><td>{control}</td>"
+            f"<td><small>{escape(f.help)}</small></td></tr>")
+
+
+def action_page(pipeline: str, action: Action, *, error: str | None = None) -> str:
+    """An action's form, pre-filled; it posts back to itself (see the app's `action_trigger`)."""
+    what = "an Airflow back-fill, one run per date" if action.backfill else "a run"
+    body = (f"<p><a href='../../{escape(quote(pipeline))}'>{escape(pipeline)}</a></p>"
+            f"<h2>{escape(action.label)} of {escape(pipeline)}</h2>"
+            f"<p>Triggers {what} of <b>{escape(action.dag_id)}</b> in Airflow, as you.</p>"
+            + (f"<p class='FAILED' id='error'>{escape(error)}</p>" if error else "")
+            + (f"<p><i>{escape(action.approval)}</i></p>" if action.approval else "")
+            + f"<form method='post'><table>{''.join(_field(f) for f in action.fields)}</table>"
+              f"<button type='submit' id='trigger'>Trigger {escape(action.dag_id)}</button></form>")
+    return _page(f"Weir: {action.label} {pipeline}", body)
+
+
+def triggered_page(pipeline: str, action: Action, conf: dict[str, Any], done: Triggered, *,
+                   airflow_root: str) -> str:
+    """What Airflow answered to an action: a link to the new run (or back-fill), or its refusal."""
+    back = f"<p><a href='../../{escape(quote(pipeline))}'>{escape(pipeline)}</a></p>"
+    sent = f"<pre>{escape(json.dumps(conf, sort_keys=True, default=str))}</pre>"
+    if not done.ok:
+        detail = escape(json.dumps(done.detail, default=str)[:2000])
+        return _page("Weir: not triggered", f"{back}<h2>Airflow refused {escape(done.what)} "
+                     f"({done.status})</h2><p class='FAILED' id='error'>{detail}</p>{sent}")
+    href = escape(airflow_root + (done.ui_path or ""))
+    link = f"<a id='run' data-airflow target='_top' href='{href}'>{escape(done.what)}</a>"
+    note = f"<p><i>{escape(action.approval)}</i></p>" if action.approval else ""
+    return _page("Weir: triggered", f"{back}<h2>Triggered</h2><p>{link}</p>{note}{sent}")
