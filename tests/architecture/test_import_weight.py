@@ -1,4 +1,5 @@
-"""What `weir --help`, Airflow's DAG parsing and its API server load: none of the heavy engines.
+"""What `weir --help` and Airflow's API server load: none of the heavy engines (DAG parsing is
+checked in tests/airflow/test_dag_integrity.py).
 Imports sit at module top so the dependency graph is visible; this test is what keeps that from
 pulling Spark, Delta, Great Expectations or the Kafka client into processes that never use them."""
 
@@ -15,7 +16,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("pyspark", "delta", "great_expectations", "confluent_kafka", "py4j")
 PROBE = """
-import json, runpy, sys
+import json, sys
 {load}
 print(json.dumps(sorted({{m.split(".")[0] for m in sys.modules}} & set({heavy!r}))))
 """
@@ -31,7 +32,6 @@ def loaded_heavy_modules(load: str, tmp_path: Path) -> list[str]:
 
 @pytest.mark.parametrize("what, load", [
     ("the CLI (weir --help)", "import spark_jobs.cli"),
-    ("the DAG file", "runpy.run_path('dags/weir_pipelines.py')"),
     ("the plugin (api-server, scheduler)", "import weir_plugin"),
 ])
 def test_no_heavy_engine_is_imported_by(what: str, load: str, tmp_path: Path) -> None:
