@@ -80,7 +80,7 @@ def test_clean_data_passes_and_the_run_is_stored_and_documented(
     index = report.docs_path.read_text()
     assert f"playback-{report.run_id}" in index                  # the run is listed in Data Docs
     pages = list((home_copy.dq / "docs" / "validations").rglob(f"playback-{report.run_id}/**/*.html"))
-    assert len(pages) == 2                                       # one page per table validated
+    assert len(pages) == len(report.row_counts) == 3             # one page per table validated
     events = [e for e in _event_log(home_copy) if e["action"] == "dq"]
     assert [e["outcome"] for e in events] == ["success"]
 
