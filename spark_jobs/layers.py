@@ -39,13 +39,12 @@ class PipelineTables:
         )
 
     def named(self) -> dict[str, Path]:
-        """Layer name → path, for every table of the pipeline."""
+        """Layer name → path, for the pipeline's event tables, gold and dimension (the Airflow
+        assets and the tables a backup records; the session table, `sessions`, is not one yet)."""
         out = {"bronze": self.bronze, "silver": self.silver, "quarantine": self.quarantine,
                "gold": self.gold}
         if self.dimension is not None:
             out["dim"] = self.dimension
-        if self.sessions is not None:
-            out["sessions"] = self.sessions
         return out
 
 
