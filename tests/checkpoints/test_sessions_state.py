@@ -42,8 +42,10 @@ def test_sessions_state_is_inspected_and_a_changed_state_schema_is_refused(playb
     narrower = dataclasses.replace(pipeline.sessions, carry=("user_id",))
     changed = dataclasses.replace(pipeline, sessions=narrower)
     verdict = compat(spark, home, changed)
-    state_reasons = [r for r in verdict["reasons"] if r["query"] == "sessions"]
+    # the table's schema changes too (a full refresh); the state's own reason is what is tested
+    state_reasons = [r for r in verdict["reasons"]
+                     if r["query"] == "sessions" and r["verdict"] == "needs state reset"]
     assert verdict["verdict"] != "compatible"
-    assert [r["verdict"] for r in state_reasons] == ["needs state reset"], verdict["reasons"]
+    assert len(state_reasons) == 1, verdict["reasons"]
     assert "state schema of session" in state_reasons[0]["reason"]
     assert "content_id string" in state_reasons[0]["reason"]

@@ -12,15 +12,16 @@ from pyspark.sql import functions as F
 
 from spark_jobs import backfill, sessions, stream, topology
 from spark_jobs.generator import generate, write_lines
-from spark_jobs.layers import PipelineTables
+from spark_jobs.layers import PipelineTables, ensure_tables
 from tests.helpers import table
-from tests.integration.batches import differs
+from tests.integration.batches import differs, ingest
 from tests.integration.pipelines import playback, write_catalog
 from tests.integration.test_exactly_once import batch_files, exited, start_driver
 from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.slow
 DAY = dt.date(2026, 11, 20)
+INGESTED = dt.datetime(2026, 11, 20, 12, 0)
 
 
 def event(session: str, n: int, kind: str, at: str, **extra: object) -> str:
@@ -33,34 +34,39 @@ def rows_by_session(spark, path) -> dict[str, dict]:
     return {r["session_id"]: r.asDict() for r in table(spark, path).collect()}
 
 
+def run_sessions(spark, pipeline, home, tables, landing, name: str, lines: list[str], batch: int) -> None:
+    """One ingest micro-batch of `lines` (silver), then the sessions query over what is new."""
+    ingest(spark, pipeline, tables, [write_lines(landing, name, lines)], INGESTED, batch)
+    query = stream.start_query(spark, pipeline, home, tables, "sessions", once=True)
+    query.awaitTermination()
+    assert query.exception() is None
+
+
 def test_sessions_span_batches_time_out_take_late_events_and_equal_the_backfill(spark, home):
     pipeline = playback(files_per_trigger=1)
     landing = home.landing("playback")
-    tables = PipelineTables.of(home, pipeline)
+    tables = ensure_tables(spark, home, pipeline)
     assert tables.sessions is not None
-    # run 1: three sessions begin
-    write_lines(landing, "1.jsonl", [
+    # batch 1: three sessions begin
+    run_sessions(spark, pipeline, home, tables, landing, "1.jsonl", [
         event("a", 1, "start", "10:00:00", position_s=0),
         event("a", 2, "heartbeat", "10:00:02", bitrate_kbps=3000, position_s=2),
         event("a", 3, "buffer_end", "10:00:10", buffer_ms=500, bitrate_kbps=3000, position_s=10),
         event("b", 1, "start", "10:00:00"),
         event("c", 1, "start", "10:05:00", position_s=0),
         event("c", 2, "heartbeat", "10:05:03", bitrate_kbps=1500, position_s=3),
-    ])
-    stream.run(pipeline, once=True, home=home, spark=spark)
+    ], 0)
     first = rows_by_session(spark, tables.sessions)
     assert {k: v["state"] for k, v in first.items()} == {"a": "active", "b": "active", "c": "active"}
-    # run 2: `a` ends in a later micro-batch; `d` moves the watermark to 10:35, past b's gap
-    write_lines(landing, "2.jsonl", [
+    # batch 2: `a` ends in a later micro-batch; `d` moves the watermark to 10:35, past b's gap
+    run_sessions(spark, pipeline, home, tables, landing, "2.jsonl", [
         event("a", 4, "heartbeat", "10:01:00", bitrate_kbps=6000, position_s=60),
         event("a", 5, "end", "10:02:00", position_s=60),
         event("d", 1, "start", "10:45:00"),
-    ])
-    stream.run(pipeline, once=True, home=home, spark=spark)
-    # run 3: an event of `c` older than the newest (10:45) but within the watermark (10:35)
-    write_lines(landing, "3.jsonl", [event("c", 3, "heartbeat", "10:40:00", bitrate_kbps=4500,
-                                           position_s=120)])
-    stream.run(pipeline, once=True, home=home, spark=spark)
+    ], 1)
+    # batch 3: an event of `c` older than the newest (10:45) but within the watermark (10:35)
+    run_sessions(spark, pipeline, home, tables, landing, "3.jsonl", [
+        event("c", 3, "heartbeat", "10:40:00", bitrate_kbps=4500, position_s=120)], 2)
 
     got = rows_by_session(spark, tables.sessions)
     sessions_table = table(spark, tables.sessions)
