@@ -162,7 +162,8 @@ def test_every_pipeline_suite_loads_with_known_expectation_types() -> None:
         assert spec.expectations, name
         for e in spec.expectations:
             assert get_expectation_impl(e.type) is not None
-        assert {e.layer for e in spec.expectations} == {"silver", "gold"}
+        sessions = {"sessions"} if catalog.load(name).sessions is not None else set()
+        assert {e.layer for e in spec.expectations} == {"silver", "gold", *sessions}
 
 
 def _event_log(home: WeirHome) -> list[dict]:
