@@ -124,6 +124,8 @@ def _backfill(spark: SparkSession, pipeline: Pipeline, date_from: dt.date, date_
     finally:
         parsed.unpersist()
     gold_replaced = _reconcile_gold(spark, tables, pipeline, date_from, date_to, hold)
+    if tables.sessions is not None:
+        _reconcile_sessions(spark, tables, pipeline, date_from, date_to, hold)
     log.info("%s back-fill %s..%s from bronze version %d: silver %s, quarantine %s, gold %s",
              pipeline.name, date_from, date_to, version, _word(silver_replaced),
              _word(quarantine_replaced), _word(gold_replaced))
@@ -185,6 +187,23 @@ def _reconcile_gold(spark: SparkSession, tables: PipelineTables, pipeline: Pipel
                 "these dates); the next back-fill or gold batch completes it",
                 pipeline.name, date_from, date_to, GOLD_ROUNDS)
     return replaced
+
+
+def _reconcile_sessions(spark: SparkSession, tables: PipelineTables, pipeline: Pipeline,
+                        date_from: dt.date, date_to: dt.date, hold: Hold) -> bool:
+    """The sessions that start in the range, recomputed from silver by the stream's state function
+    (`sessions.batch_rows`). A session stands under the date of its first event and may run past
+    midnight, so silver is read from the day before to the day after the range."""
+    from spark_jobs import sessions
+
+    assert tables.sessions is not None
+    in_range = date_range("event_date", date_from, date_to)
+    around = date_range("event_date", date_from - dt.timedelta(days=1), date_to + dt.timedelta(days=1))
+    silver = spark.read.format("delta").load(str(tables.silver))
+    rows = sessions.batch_rows(silver.where(around), pipeline,
+                               sessions.watermark_horizon(silver, pipeline)).where(in_range)
+    return reconcile(rows, tables.sessions, sessions.table_key(pipeline), scope=in_range,
+                     partition="event_date", before_write=lambda: hold("sessions"))
 
 
 def rebuild_gold(spark: SparkSession, pipeline: Pipeline, home: WeirHome,

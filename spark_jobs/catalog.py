@@ -131,6 +131,31 @@ class Aggregation:
 
 
 @dataclass(frozen=True)
+class Sessions:
+    """A keyed-state table: one row per `key` (a viewing session), kept current by the stream
+    with event-time timers and recomputed by the back-fill with the same state function
+    (`spark_jobs.sessions`). A session closes on its `end_event`, or times out when no event came
+    for `gap` of event time; `watermark` bounds how late an event may still update it. The
+    measures come from the named event types and columns (time to first frame runs from
+    `start_event` to the first `first_frame_event`)."""
+
+    table: str
+    key: str = "session_id"
+    gap: str = "30 minutes"
+    watermark: str = "10 minutes"
+    start_event: str = "start"
+    first_frame_event: str = "heartbeat"
+    end_event: str = "end"
+    error_event: str = "error"
+    rebuffer_event: str = "buffer_end"
+    rebuffer_ms: str = "buffer_ms"
+    bitrate_kbps: str = "bitrate_kbps"
+    position_s: str = "position_s"
+    # Columns carried onto the session row (the same for all events of a session).
+    carry: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class RestartPolicy:
     """Exponential backoff between restarts, and a restart budget per time window."""
 
@@ -164,6 +189,7 @@ class Pipeline:
     description: str = ""
     owner: str = "data-platform"
     row_rules: tuple[RowRule, ...] = ()
+    sessions: Sessions | None = None
 
     def __post_init__(self) -> None:
         # Checked here, not when the first batch runs: a rule's count is the column `dq_<name>`

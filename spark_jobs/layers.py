@@ -12,6 +12,7 @@ from spark_jobs.home import REPO_ROOT, WeirHome
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
     from spark_jobs.catalog import Pipeline
 
@@ -23,6 +24,7 @@ class PipelineTables:
     quarantine: Path
     gold: Path
     dimension: Path | None
+    sessions: Path | None = None
 
     @classmethod
     def of(cls, home: WeirHome, pipeline: Pipeline) -> PipelineTables:
@@ -33,10 +35,12 @@ class PipelineTables:
             quarantine=home.table("quarantine", pipeline.events_table),
             gold=home.table("gold", pipeline.gold_table),
             dimension=home.table("dim", dim.table) if dim else None,
+            sessions=home.table("gold", pipeline.sessions.table) if pipeline.sessions else None,
         )
 
     def named(self) -> dict[str, Path]:
-        """Layer name → path, for every table of the pipeline."""
+        """Layer name → path, for the pipeline's event tables, gold and dimension (the Airflow
+        assets and the tables a backup records; the session table, `sessions`, is not one yet)."""
         out = {"bronze": self.bronze, "silver": self.silver, "quarantine": self.quarantine,
                "gold": self.gold}
         if self.dimension is not None:
@@ -69,7 +73,16 @@ def ensure_tables(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> Pi
     ensure_table(spark, tables.quarantine, transforms.rejects(parsed).schema, ["ingest_date"])
     ensure_table(spark, tables.silver, silver.schema, ["event_date"])
     ensure_table(spark, tables.gold, transforms.aggregate(silver, pipeline).schema, ["event_date"])
+    if tables.sessions is not None:
+        ensure_table(spark, tables.sessions, session_schema(silver, pipeline), ["event_date"])
     return tables
+
+
+def session_schema(silver: DataFrame, pipeline: Pipeline) -> StructType:
+    """The session table's schema: the state function's rows over (empty) silver."""
+    from spark_jobs import sessions
+
+    return sessions.batch_rows(silver, pipeline, None).schema
 
 
 def _seed_dimension(spark: SparkSession, path: Path, pipeline: Pipeline) -> None:

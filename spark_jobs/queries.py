@@ -66,6 +66,17 @@ def gold(spark: SparkSession, pipeline: Pipeline, tables: PipelineTables,
         silver.withWatermark(pipeline.event_time, pipeline.aggregation.watermark), pipeline)
 
 
+def sessions(spark: SparkSession, pipeline: Pipeline, tables: PipelineTables) -> DataFrame:
+    """Silver as a Delta stream → the session rows each micro-batch changes (keyed state with
+    event-time timeouts, `spark_jobs.sessions`). Back-fills' change commits are skipped, as for
+    gold; on a fresh checkpoint the query reads silver from its beginning."""
+    from spark_jobs import sessions as session_state
+
+    silver = (spark.readStream.format("delta").option("skipChangeCommits", "true")
+              .load(str(tables.silver)))
+    return session_state.stream_rows(silver, pipeline)
+
+
 def build(spark: SparkSession, pipeline: Pipeline, home: WeirHome, tables: PipelineTables,
           query: str) -> DataFrame:
     """The streaming DataFrame of `query` (one of `topology.QUERIES`)."""
@@ -73,4 +84,6 @@ def build(spark: SparkSession, pipeline: Pipeline, home: WeirHome, tables: Pipel
         return ingest(spark, pipeline, home)
     if query == "gold":
         return gold(spark, pipeline, tables, home)
+    if query == "sessions":
+        return sessions(spark, pipeline, tables)
     raise ValueError(f"unknown query {query!r}")

@@ -33,8 +33,9 @@ from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables, ensure_tables, read_dimension
 from spark_jobs.quality import rules as row_rules
 from spark_jobs.session import build_session
+from spark_jobs.sessions import table_key
 from spark_jobs.tables import Fencing, append_new, in_list, insert_new, partitions_holding, upsert
-from spark_jobs.topology import QUERIES, checkpoint_location, query_name
+from spark_jobs.topology import checkpoint_location, queries_of, query_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -166,11 +167,36 @@ class GoldBatch:
         log.info("%s gold batch %d: %d date(s) updated", self.pipeline.name, batch_id, len(dates))
 
 
+class SessionsBatch:
+    """foreachBatch of the sessions query: the sessions the batch changed replace their rows (a
+    MERGE by session key, so a replayed batch changes nothing). A session stands under the date of
+    its first event; a late event may move it, hence the dates where its key already stands."""
+
+    def __init__(self, pipeline: Pipeline, tables: PipelineTables) -> None:
+        self.pipeline = pipeline
+        self.tables = tables
+
+    def __call__(self, rows: DataFrame, batch_id: int) -> None:
+        fence(self.pipeline.name)
+        rows = rows.localCheckpoint()   # a stable MERGE source, see IngestBatch
+        assert self.tables.sessions is not None
+        key = table_key(self.pipeline)
+        dates = {row[0] for row in rows.select("event_date").distinct().collect()}
+        if dates:
+            dates |= set(partitions_holding(rows, self.tables.sessions, key, "event_date"))
+            upsert(rows, self.tables.sessions, key, prune=in_list("event_date", dates),
+                   fencing=fencing(self.pipeline.name))
+        fence(self.pipeline.name)   # a skipped (fenced) write is loud, see IngestBatch
+        log.info("%s sessions batch %d: %d date(s) updated", self.pipeline.name, batch_id, len(dates))
+
+
 def start_query(spark: SparkSession, pipeline: Pipeline, home: WeirHome, tables: PipelineTables,
                 query: str, *, once: bool) -> StreamingQuery:
     frame = queries.build(spark, pipeline, home, tables, query)
     if query == "ingest":
         sink = frame.writeStream.foreachBatch(IngestBatch(pipeline, tables))
+    elif query == "sessions":
+        sink = frame.writeStream.outputMode("update").foreachBatch(SessionsBatch(pipeline, tables))
     else:
         sink = frame.writeStream.outputMode("update").foreachBatch(GoldBatch(pipeline, tables))
     sink = sink.trigger(availableNow=True) if once else sink.trigger(
@@ -237,7 +263,7 @@ def _run_queries(spark: SparkSession, pipeline: Pipeline, home: WeirHome, *, onc
     # a fresh gold query does not re-stream silver
     rebuild_gold(spark, pipeline, home, tables, fencing(pipeline.name))
     if once:
-        for name in QUERIES:
+        for name in queries_of(pipeline):
             query = start_query(spark, pipeline, home, tables, name, once=True)
             monitor.watch([query])
             try:
@@ -250,7 +276,7 @@ def _run_queries(spark: SparkSession, pipeline: Pipeline, home: WeirHome, *, onc
     if stop.is_set():  # stopped while starting up: no query to start, nothing to replay
         log.info("%s: stop requested before the queries started", pipeline.name)
         return
-    queries = [start_query(spark, pipeline, home, tables, name, once=False) for name in QUERIES]
+    queries = [start_query(spark, pipeline, home, tables, name, once=False) for name in queries_of(pipeline)]
     monitor.watch(queries)
     log.info("%s running: %s", pipeline.name, ", ".join(q.name for q in queries))
     try:

@@ -11,10 +11,17 @@ if TYPE_CHECKING:
     from spark_jobs.catalog import Pipeline
     from spark_jobs.home import WeirHome
 
-# In start order: `gold` reads silver, which `ingest` writes.
-QUERIES = ("ingest", "gold")
-# Only the aggregation of gold keeps state; ingest is a stateless foreachBatch.
-STATEFUL_QUERIES = frozenset({"gold"})
+# Every query a driver may run, in start order: `gold` and `sessions` read silver, which `ingest`
+# writes. `sessions` runs only for a pipeline that declares one (`queries_of`); the checkpoint
+# tools iterate over all of them and skip a query whose folder does not exist.
+QUERIES = ("ingest", "gold", "sessions")
+# gold's aggregation and the sessions' keyed state keep state; ingest is a stateless foreachBatch.
+STATEFUL_QUERIES = frozenset({"gold", "sessions"})
+
+
+def queries_of(pipeline: Pipeline) -> tuple[str, ...]:
+    """The queries `pipeline`'s driver runs, in start order."""
+    return tuple(q for q in QUERIES if q != "sessions" or pipeline.sessions is not None)
 
 
 def checkpoint_location(home: WeirHome, pipeline: Pipeline, query: str) -> Path:
@@ -33,6 +40,7 @@ def has_started(home: WeirHome, pipeline: Pipeline, query: str) -> bool:
 
 
 def has_checkpoint(home: WeirHome, pipeline: Pipeline) -> bool:
+    """Whether any query of the pipeline has a checkpoint."""
     return any((checkpoint_location(home, pipeline, q) / "offsets").is_dir() for q in QUERIES)
 
 

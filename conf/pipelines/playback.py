@@ -1,6 +1,15 @@
 """Video playback quality-of-experience events: the reference pipeline."""
 
-from spark_jobs.catalog import Aggregation, Dimension, Field, FileSource, Pipeline, RestartPolicy, RowRule
+from spark_jobs.catalog import (
+    Aggregation,
+    Dimension,
+    Field,
+    FileSource,
+    Pipeline,
+    RestartPolicy,
+    RowRule,
+    Sessions,
+)
 
 EVENT_TYPES = (
     "start", "heartbeat", "pause", "resume", "buffer_start", "buffer_end",
@@ -46,6 +55,10 @@ PIPELINE = Pipeline(
         },
         watermark="10 minutes",
     ),
+    # One row per viewing session, kept current by the stream's keyed state (spark_jobs.sessions):
+    # closed by its `end` event or after 30 minutes without events.
+    sessions=Sessions(table="playback_sessions", key="session_id", gap="30 minutes",
+                      watermark="10 minutes", carry=("user_id", "content_id")),
     source=FileSource(),
     trigger_interval="5 seconds",
     restart_policy=RestartPolicy(initial_backoff_s=2, max_backoff_s=60, max_restarts=5, window_s=3600),

@@ -22,6 +22,7 @@ PIPELINE = dataclasses.replace(
     description="Player events from Kafka → QoE metrics per minute, content and CDN",
     events_table="playback_kafka_events",
     aggregation=dataclasses.replace(_base.aggregation, table="playback_kafka_qoe_1m"),
+    sessions=dataclasses.replace(_base.sessions, table="playback_kafka_sessions"),
     source=KafkaSource(topic="playback", bootstrap_servers="local", starting_offsets="earliest",
                        max_offsets_per_trigger=20_000, partitions=3),
 )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,10 @@ log = logging.getLogger(__name__)
 VERDICTS = ("compatible", "needs state reset", "needs full refresh")
 STATEFUL_NODES = frozenset({"Aggregate", "Deduplicate", "DeduplicateWithinWatermark", "Join",
                             "FlatMapGroupsWithState", "TransformWithState", "TransformWithStateInPySpark"})
+
+
+# A keyed-state operator's state variables: name → (key fields, value fields), as (name, type).
+StateSchemas = dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]]
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,31 @@ def checkpoint_state_schemas(operator: Path) -> tuple[list[tuple[str, str]], lis
         found.append([(f["name"], simple_type(f["type"])) for f in schema["fields"]])
         at = end
     return (found[0], found[1]) if len(found) == 2 else None
+
+
+def keyed_state_schemas(operator: Path) -> StateSchemas:
+    """State variable → (key fields, value fields), from the newest schema file of a
+    `transformWithState` operator (`state/<op>/_stateSchema/default/<batch>_<uuid>`): a binary
+    file whose variable names each precede their key and value schemas as JSON."""
+    folder = operator / "_stateSchema" / "default"
+    files = sorted((f for f in folder.glob("[0-9]*_*") if not f.name.endswith(".crc")),
+                   key=lambda f: int(f.name.split("_", 1)[0])) if folder.is_dir() else []
+    if not files:
+        return {}
+    text = files[-1].read_bytes().decode("latin-1")
+    decoder, out, at = json.JSONDecoder(), {}, 0
+    while True:
+        start = text.find('{"type":"struct"', at)
+        if start < 0:
+            return out
+        names = re.findall(r"[$A-Za-z_][$\w]*", text[at:start])
+        key, end = decoder.raw_decode(text, start)
+        value_start = text.find('{"type":"struct"', end)
+        if value_start < 0 or not names:
+            return out
+        value, at = decoder.raw_decode(text, value_start)
+        out[names[-1]] = ([(f["name"], simple_type(f["type"])) for f in key["fields"]],
+                          [(f["name"], simple_type(f["type"])) for f in value["fields"]])
 
 
 def code_plan(df: DataFrame) -> CodePlan:
@@ -156,7 +186,19 @@ def current_queries(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> 
     out = {"ingest": queries.ingest(spark, pipeline, home)}
     if DeltaTable.isDeltaTable(spark, str(tables.silver)):     # gold reads silver once it exists
         out["gold"] = queries.gold(spark, pipeline, tables)
+        if "sessions" in topology.queries_of(pipeline):
+            out["sessions"] = queries.sessions(spark, pipeline, tables)
     return out
+
+
+def code_state_variables(pipeline: Pipeline) -> StateSchemas:
+    """The keyed state the sessions query's processor declares: variable → (key, value) fields."""
+    from spark_jobs import sessions
+
+    assert pipeline.sessions is not None
+    value = sessions.state_schema(pipeline.sessions)
+    return {sessions.STATE_NAME: ([(pipeline.sessions.key, "string")],
+                                  [(f.name, f.dataType.simpleString()) for f in value.fields])}
 
 
 def delta_table_id(table: Path) -> str | None:
@@ -216,6 +258,9 @@ def compare_query(query: str, query_dir: Path, code: CodePlan, pipeline: Pipelin
                               f"{len(code.stateful)} stateful operator(s) in the code, "
                               f"{len(operators)} in the checkpoint"))
     for operator, info in zip(operators, code.stateful, strict=False):
+        if "state_variables" in info:
+            reasons += _keyed_state_reasons(query, operator, info["state_variables"])
+            continue
         schemas = checkpoint_state_schemas(operator)
         if schemas is None or "key" not in info:
             continue
@@ -238,6 +283,32 @@ def compare_query(query: str, query_dir: Path, code: CodePlan, pipeline: Pipelin
     return reasons
 
 
+def _keyed_state_reasons(query: str, operator: Path,
+                         code: StateSchemas) -> list[Reason]:
+    """A `transformWithState` operator whose state variables' schemas differ from the code's:
+    Spark would refuse the restart (or read the old rows with the new layout)."""
+    recorded = keyed_state_schemas(operator)
+    if not recorded:
+        return []
+    reasons = []
+    for name, (key, value) in code.items():
+        if name not in recorded:
+            reasons.append(Reason("needs state reset", query, f"state variable {name} of operator "
+                                  f"{operator.name} is not in the checkpoint (it has "
+                                  f"{', '.join(sorted(recorded)) or 'none'})"))
+            continue
+        old_key, old_value = recorded[name]
+        if old_key != key:
+            reasons.append(Reason("needs state reset", query,
+                                  f"state key of {name} (operator {operator.name}) changed: "
+                                  f"checkpoint {_fields(old_key)}, code {_fields(key)}"))
+        if old_value != value:
+            reasons.append(Reason("needs state reset", query,
+                                  f"state schema of {name} (operator {operator.name}) changed: "
+                                  f"checkpoint {_fields(old_value)}, code {_fields(value)}"))
+    return reasons
+
+
 def _fields(fields: list[tuple[str, str]]) -> str:
     return ", ".join(f"{n} {t}" for n, t in fields)
 
@@ -256,6 +327,10 @@ def _table_reasons(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> l
     expected = {"silver": (tables.silver, silver.schema),
                 "quarantine": (tables.quarantine, transforms.rejects(parsed).schema),
                 "gold": (tables.gold, transforms.aggregate(silver, pipeline).schema)}
+    if tables.sessions is not None:
+        from spark_jobs.layers import session_schema
+
+        expected["sessions"] = (tables.sessions, session_schema(silver, pipeline))
     reasons = []
     for layer, (path, schema) in expected.items():
         if not DeltaTable.isDeltaTable(spark, str(path)):
@@ -283,6 +358,7 @@ def compat(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> dict[str,
                     **({"topics": {pipeline.source.topic}}
                        if isinstance(pipeline.source, KafkaSource) else {})}],
         "gold": [{"kind": "delta", "table_id": delta_table_id(tables.silver)}],
+        "sessions": [{"kind": "delta", "table_id": delta_table_id(tables.silver)}],
     }
     reasons: list[Reason] = []
     plans: dict[str, Any] = {}
@@ -298,6 +374,9 @@ def compat(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> dict[str,
                 unchecked.setdefault(query, "its input table does not exist yet")
             continue
         code = code_plan(queries[query])
+        if query == "sessions":        # the processor's state is declared in Python, not the plan
+            for info in code.stateful:
+                info["state_variables"] = code_state_variables(pipeline)
         plans[query] = {"sources": code.sources, "stateful": code.stateful}
         if folder.is_dir():
             reasons += compare_query(query, folder, code, pipeline, expected[query])

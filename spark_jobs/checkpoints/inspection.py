@@ -92,6 +92,9 @@ def _state_operators(query_dir: Path, spark: SparkSession | None) -> list[dict[s
         for op_id, info in operators.items():
             reader = (spark.read.format("statestore").option("operatorId", op_id)
                       .option("storeName", info.get("store") or "default"))
+            if str(info.get("name", "")).startswith("transformWithState"):
+                _keyed_state(reader, query_dir / "state" / str(op_id), info)
+                continue
             state = reader.load(str(query_dir))
             info["rows"] = state.count()
             info["key_schema"] = state.schema["key"].dataType.simpleString()
@@ -100,6 +103,26 @@ def _state_operators(query_dir: Path, spark: SparkSession | None) -> list[dict[s
         for info in operators.values():
             info.setdefault("error", str(err).splitlines()[0][:300])
     return list(operators.values())
+
+
+def _keyed_state(reader: Any, operator: Path, info: dict[str, Any]) -> None:
+    """Rows and schemas of each state variable of a `transformWithState` operator (Spark's state
+    reader takes one variable at a time); its timers are internal and left out."""
+    from spark_jobs.checkpoints.compat import keyed_state_schemas
+
+    variables = {}
+    for name in keyed_state_schemas(operator):
+        if name.startswith("$"):
+            continue
+        state = reader.option("stateVarName", name).load(str(operator.parent.parent))
+        variables[name] = {"rows": state.count(),
+                           "key_schema": state.schema["key"].dataType.simpleString(),
+                           "value_schema": state.schema["value"].dataType.simpleString()}
+    info["state_variables"] = variables
+    info["rows"] = sum(v["rows"] for v in variables.values())
+    if len(variables) == 1:
+        [only] = variables.values()
+        info["key_schema"], info["value_schema"] = only["key_schema"], only["value_schema"]
 
 
 def inspect(home: WeirHome, pipeline: Pipeline, spark: SparkSession | None = None) -> dict[str, Any]:

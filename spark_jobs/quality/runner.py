@@ -74,7 +74,7 @@ def run_dq(pipeline: str, date_from: dt.date | None = None, date_to: dt.date | N
 
     frames = {layer: _frame(spark, tables, entry, layer,
                             suite.for_layer(layer, stream_running=stream_running), date_from, date_to)
-              for layer in suites.LAYERS}
+              for layer in suites.LAYERS if suites.table_path(tables, layer) is not None}
 
     # Great Expectations' stores under WEIR_HOME/dq are not safe for concurrent writers: DQ runs
     # (the runs of one Airflow back-fill, P_dq, `weir dq`) take turns.
@@ -124,7 +124,7 @@ def run_dq(pipeline: str, date_from: dt.date | None = None, date_to: dt.date | N
 
 
 def _table_label(entry: Pipeline, layer: str) -> str:
-    return f"{layer}.{entry.events_table if layer == 'silver' else entry.gold_table}"
+    return suites.table_name(entry, layer)  # type: ignore[arg-type]
 
 
 def _require_tables(spark: SparkSession, tables: PipelineTables) -> None:
@@ -159,7 +159,7 @@ def _frame(spark: SparkSession, tables: PipelineTables, entry: Pipeline, layer: 
     """The table's partitions for the dates, only the columns the suite names, cached."""
     from pyspark.sql import functions as F
 
-    path = tables.silver if layer == "silver" else tables.gold
+    path = suites.table_path(tables, layer)  # type: ignore[arg-type]
     df = spark.read.format("delta").load(str(path)).where(
         F.col("event_date").between(F.lit(date_from), F.lit(date_to)))
     columns = list(dict.fromkeys(c for s in specs for c in suites.columns_of(s.kwargs)))

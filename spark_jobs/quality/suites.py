@@ -2,8 +2,9 @@
 `conf/pipelines/<name>.expectations.yaml` (a `.py` there would be taken for a pipeline).
 
 A suite file holds `settings` (durations) and one list of expectations per layer (`silver`,
-`gold`); every expectation carries a Weir severity, `warn` or `fail`. This module only reads and
-checks the file: it imports neither Spark nor Great Expectations, so DAG files may use it.
+`gold`, and `sessions` for a pipeline that declares a session table); every expectation carries
+a Weir severity, `warn` or `fail`. This module only reads and checks the file: it imports
+neither Spark nor Great Expectations, so DAG files may use it.
 """
 
 from __future__ import annotations
@@ -12,13 +13,16 @@ import datetime as dt
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from spark_jobs import catalog
 
+if TYPE_CHECKING:
+    from spark_jobs.layers import PipelineTables
+
 Severity = Literal["warn", "fail"]
-Layer = Literal["silver", "gold"]
-LAYERS: tuple[Layer, ...] = ("silver", "gold")
+Layer = Literal["silver", "gold", "sessions"]
+LAYERS: tuple[Layer, ...] = ("silver", "gold", "sessions")
 SEVERITIES: tuple[Severity, ...] = ("warn", "fail")
 CONDITIONS = ("stream_running",)
 PARAMETER = "$PARAMETER"
@@ -72,6 +76,20 @@ class SuiteSpec:
         return any(e.when == condition for e in self.expectations)
 
 
+def table_name(entry: catalog.Pipeline, layer: Layer) -> str:
+    """`layer.table`: how results and people name the table a layer's expectations check."""
+    if layer == "silver":
+        return f"silver.{entry.events_table}"
+    if layer == "sessions" and entry.sessions is not None:
+        return f"gold.{entry.sessions.table}"
+    return f"gold.{entry.gold_table}"
+
+
+def table_path(tables: PipelineTables, layer: Layer) -> Path | None:
+    """Where the table a layer's expectations check is (None: the pipeline has no such table)."""
+    return {"silver": tables.silver, "gold": tables.gold, "sessions": tables.sessions}[layer]
+
+
 def columns_of(kwargs: dict[str, Any]) -> list[str]:
     """The columns an expectation's kwargs name, in a stable order."""
     if "column_list" in kwargs:
@@ -108,6 +126,9 @@ def load(pipeline: str) -> SuiteSpec:
     unknown = set(document) - {"settings", *LAYERS}
     if unknown:
         raise SuiteError(f"{path}: unknown top-level key(s) {', '.join(sorted(unknown))}")
+    if document.get("sessions") and catalog.load(pipeline).sessions is None:
+        raise SuiteError(f"{path}: 'sessions' expectations, but pipeline {pipeline!r} declares no "
+                         "session table (`sessions=Sessions(...)` in its catalog entry)")
     settings = document.get("settings") or {}
     specs: list[ExpectationSpec] = []
     for layer in LAYERS:

@@ -80,7 +80,7 @@ def test_clean_data_passes_and_the_run_is_stored_and_documented(
     index = report.docs_path.read_text()
     assert f"playback-{report.run_id}" in index                  # the run is listed in Data Docs
     pages = list((home_copy.dq / "docs" / "validations").rglob(f"playback-{report.run_id}/**/*.html"))
-    assert len(pages) == 2                                       # one page per table validated
+    assert len(pages) == len(report.row_counts) == 3             # one page per table validated
     events = [e for e in _event_log(home_copy) if e["action"] == "dq"]
     assert [e["outcome"] for e in events] == ["success"]
 
@@ -162,7 +162,8 @@ def test_every_pipeline_suite_loads_with_known_expectation_types() -> None:
         assert spec.expectations, name
         for e in spec.expectations:
             assert get_expectation_impl(e.type) is not None
-        assert {e.layer for e in spec.expectations} == {"silver", "gold"}
+        sessions = {"sessions"} if catalog.load(name).sessions is not None else set()
+        assert {e.layer for e in spec.expectations} == {"silver", "gold", *sessions}
 
 
 def _event_log(home: WeirHome) -> list[dict]:
