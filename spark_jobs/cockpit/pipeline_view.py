@@ -21,7 +21,7 @@ from spark_jobs.control.status import pipeline_status
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables
 from spark_jobs.quality import results
-from spark_jobs.topology import QUERIES, checkpoint_location, query_name
+from spark_jobs.topology import checkpoint_location, queries_of, query_name
 
 log = logging.getLogger(__name__)
 WINDOW = dt.timedelta(hours=1)
@@ -69,7 +69,7 @@ def overview(home: WeirHome, name: str, *, now: dt.datetime | None = None) -> di
     now = now or dt.datetime.now(dt.UTC)
     pipeline = catalog.load(name)
     status = pipeline_status(home, name)
-    names = {query_name(pipeline, q): q for q in QUERIES}
+    names = {query_name(pipeline, q): q for q in queries_of(pipeline)}
     latest = progress.latest_by_query(home, name, expected=tuple(names), now=now)
     queries = {}
     for qname, row in sorted(latest.items()):
@@ -110,7 +110,7 @@ def _checkpoint(home: WeirHome, name: str) -> dict[str, Any]:
     """Generation, the last committed batch of each query and the backups (newest first)."""
     pipeline = catalog.load(name)
     queries = {}
-    for query in QUERIES:
+    for query in queries_of(pipeline):
         folder = checkpoint_location(home, pipeline, query)
         queries[query] = {"path": str(folder), "exists": folder.is_dir(),
                           "last_committed_batch": layout.last_committed(folder) if folder.is_dir() else None}

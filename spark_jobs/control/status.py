@@ -16,7 +16,7 @@ from spark_jobs.control.lease import iso, now_utc
 from spark_jobs.control.supervision import SupervisorState, recent_restarts, stopped_marker
 from spark_jobs.control.supervisor import automatic_restarts
 from spark_jobs.home import WeirHome
-from spark_jobs.topology import QUERIES, query_name
+from spark_jobs.topology import queries_of, query_name
 
 if TYPE_CHECKING:
     from spark_jobs.catalog import Pipeline
@@ -26,7 +26,7 @@ STATES = {"running": "RUNNING", "starting": "STARTING", "stalled": "STALLED", "s
 
 
 def _queries_from_history(home: WeirHome, pipeline: Pipeline) -> list[dict[str, Any]]:
-    expected = tuple(query_name(pipeline, query) for query in QUERIES)
+    expected = tuple(query_name(pipeline, query) for query in queries_of(pipeline))
     latest = progress.latest_by_query(home, pipeline.name, expected=expected)
     return [{"name": name, "last_batch_id": row["batch_id"],
              "last_progress_at": iso(row["progress_at"]) if row["progress_at"] else None}
