@@ -10,7 +10,7 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
 .PHONY: setup demo test up bench lint clean
 
-setup: $(VENV)/.installed .cache/jars/jars.txt .cache/kafka/installed.txt
+setup: $(VENV)/.installed .cache/jars/jars.txt .cache/kafka/installed.txt .cache/yarn/installed.txt
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 # The Kafka broker for tests and the Kafka profile (org.apache.kafka:kafka_2.13 via mvn).
 .cache/kafka/installed.txt: infra/kafka/pom.xml infra/kafka/broker.py $(VENV)/.installed
 	infra/kafka/broker.sh install
+
+# YARN (ResourceManager and NodeManager, org.apache.hadoop via mvn) for cluster deploy mode.
+.cache/yarn/installed.txt: infra/yarn/pom.xml infra/yarn/yarn.py $(VENV)/.installed
+	infra/yarn/yarn.sh install
 
 up: setup
 	infra/airflow/up.sh
