@@ -10,7 +10,8 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
 .PHONY: setup demo test up bench lint clean cluster-services
 
-setup: $(VENV)/.installed .cache/jars/jars.txt .cache/kafka/installed.txt cluster-services
+setup: $(VENV)/.installed .cache/jars/jars.txt .cache/kafka/installed.txt .cache/yarn/installed.txt \
+	cluster-services
 	infra/browser/install.sh
 
 $(VENV)/.installed: requirements.txt pyproject.toml
@@ -30,6 +31,10 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 # PostgreSQL and Redis of the production profile (Debian packages; apt-get as root, idempotent).
 cluster-services:
 	infra/cluster/services.sh install
+
+# YARN (ResourceManager and NodeManager, org.apache.hadoop via mvn) for cluster deploy mode.
+.cache/yarn/installed.txt: infra/yarn/pom.xml infra/yarn/yarn.py $(VENV)/.installed
+	infra/yarn/yarn.sh install
 
 up: setup
 	infra/airflow/up.sh

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_jobs.home import REPO_ROOT
@@ -35,6 +37,42 @@ BASE_CONF = {
 }
 
 
+def submitted() -> bool:
+    """Whether this Python runs under spark-submit, whose master must win: spark-submit's
+    environment on this host, or a JVM that launched this Python and waits for it on a gateway
+    (Spark's PythonRunner: also the driver of cluster deploy mode, started by a YARN container
+    where no spark-submit script ran)."""
+    return bool(os.environ.get("SPARK_ENV_LOADED") or os.environ.get("PYSPARK_GATEWAY_PORT")
+                or "spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", ""))
+
+
+def pyspark_jars() -> Path:
+    """The jars of the installed pyspark (found without importing it)."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("pyspark is not installed")
+    return Path(next(iter(spec.submodule_search_locations))) / "jars"
+
+
+def yarn_conf(python: str) -> dict[str, str]:
+    """spark-submit settings for a driver in cluster deploy mode on YARN. Spark's and Weir's jars
+    are `local:` (already on every node: nothing uploaded per submit); the driver and executors
+    run `python`; one application attempt, because restarting a driver is the supervisor's
+    decision (with its lease and restart budget), not YARN's behind its back; one small executor
+    by default (a submit's `spark_conf` overrides)."""
+    return {
+        "spark.yarn.jars": f"local:{pyspark_jars()}/*",
+        "spark.yarn.maxAppAttempts": "1",
+        "spark.pyspark.python": python,
+        "spark.pyspark.driver.python": python,
+        "spark.executor.instances": "1",
+        "spark.executor.memory": "1g",
+        # The driver JVM starts in the cluster before any session builder runs: its options go here.
+        "spark.driver.extraJavaOptions": BASE_CONF["spark.driver.extraJavaOptions"],
+        "spark.executor.extraJavaOptions": BASE_CONF["spark.executor.extraJavaOptions"],
+    }
+
+
 def build_session(app_name: str, *, master: str | None = None,
                   conf: dict[str, str] | None = None) -> SparkSession:
     """A session for Weir jobs. The master comes from the argument, else `WEIR_SPARK_MASTER`, else
@@ -42,8 +80,7 @@ def build_session(app_name: str, *, master: str | None = None,
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
-    if master or (not os.environ.get("SPARK_ENV_LOADED") and "spark.master" not in os.environ.get(
-            "PYSPARK_SUBMIT_ARGS", "")):
+    if master or not submitted():
         builder = builder.master(master or settings().spark_master)
     spark_conf = {**BASE_CONF, **DELTA_CONF, "spark.jars": ",".join(resolved_jars())}
     spark_conf.update(conf or {})

@@ -3,7 +3,11 @@
 The provider's hook resolves the master from the `spark_default` connection and builds the
 spark-submit command; its `submit()` then blocks until the application ends, which would hold a
 worker slot for a stream's lifetime. This hook builds the very same command and starts it
-detached instead (see `spark_jobs.control.driver.spawn`).
+detached instead, through the driver backend of the master (see `spark_jobs.control.driver.spawn`
+and `spark_jobs.control.backends`). On YARN (a connection with host `yarn`, and `deploy-mode`
+`cluster` in its extra) the driver runs in the cluster: the hook adds Weir's YARN settings
+(`spark_jobs.session.yarn_conf`), `local:` jars, and the driver's environment as the application
+master's.
 """
 
 from __future__ import annotations
@@ -14,8 +18,10 @@ from typing import Any
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.common.compat.sdk import AirflowException
 
-from spark_jobs.control.driver import VENV_PYTHON, LaunchRecord, driver_environment, spawn
+from spark_jobs.control.backends import backend_for
+from spark_jobs.control.driver import VENV_PYTHON, LaunchRecord, cluster_driver_env, driver_environment, spawn
 from spark_jobs.home import WeirHome
+from spark_jobs.session import yarn_conf
 
 DEFAULT_MASTER = "local[*]"
 
@@ -37,6 +43,19 @@ class WeirSparkSubmitHook(SparkSubmitHook):
         kwargs.setdefault("spark_binary", str(VENV_PYTHON.parent / "spark-submit"))
         kwargs.setdefault("jars", ",".join(resolved_jars()))
         super().__init__(conn_id=conn_id, **kwargs)
+        if self._is_yarn:
+            self._for_yarn()
+
+    def _for_yarn(self) -> None:
+        """Weir's YARN settings under the caller's; the jars as `local:` (on every node, not
+        uploaded); the driver's environment (venv Python, WEIR_*) as the application master's."""
+        self._conf = {**yarn_conf(str(VENV_PYTHON)), **self._conf}
+        self._jars = ",".join(jar if ":" in jar.split("/", 1)[0] else f"local:{jar}"
+                              for jar in (self._jars or "").split(",") if jar)
+        self._env_vars = {**cluster_driver_env(), **(self._env_vars or {})}
+        # Executors run Weir's Python too (its data source, UDFs): the same environment.
+        self._conf.update({f"spark.executorEnv.{k}": str(v) for k, v in self._env_vars.items()
+                           if k not in self._conf and k != "PATH"})
 
     def _resolve_connection(self) -> dict[str, Any]:
         resolved = super()._resolve_connection()
@@ -57,7 +76,7 @@ class WeirSparkSubmitHook(SparkSubmitHook):
         """Start `application` detached (own process group, log under WEIR_HOME/logs)."""
         command = self.command(application)
         return spawn(home, pipeline, command, env=driver_environment(
-            {k: str(v) for k, v in (self._env_vars or {}).items()}))
+            {k: str(v) for k, v in (self._env_vars or {}).items()}), backend=backend_for(self.master))
 
     def run(self, application: str) -> Submitted:
         """Submit `application` and wait, like `submit`, but hand back a non-zero exit instead of

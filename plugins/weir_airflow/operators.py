@@ -102,7 +102,8 @@ class StreamSupervisorOperator(BaseOperator):
                                    name=f"weir-{self.pipeline}", application_args=[self.pipeline])
         record = hook.launch_detached(supervisor.home, self.pipeline, str(STREAM_ENTRY))
         supervisor.launched(record, master=hook.master)
-        log.info("%s: driver launched (pid %d); watching it from the triggerer", self.pipeline, record.pid)
+        log.info("%s: driver launched (%s %s); watching it from the triggerer", self.pipeline,
+                 record.driver.backend, record.driver.id)
 
     def _watch(self, supervisor: Any) -> None:
         from weir_airflow.triggers import DriverWatchTrigger

@@ -1,11 +1,13 @@
 """Launching and tearing down detached drivers.
 
-A driver is started as its own session and process group (`spark-submit` and the Python driver
-it runs), with its output in `WEIR_HOME/logs`, and the launch is recorded in
-`control/<P>/launch.json`, so any later task — after an Airflow restart too — can find, adopt,
-signal or kill it. The command itself is built by the caller (the Airflow hook follows the
-apache-spark provider's conventions). Launch records and driver logs hold command lines: they are
-their owner's only (0600 in 0700 folders), and secret settings never reach the command line.
+spark-submit is started as its own session and process group, with its output in
+`WEIR_HOME/logs`, through the driver backend of the master (`spark_jobs.control.backends`: the
+process itself on this host, or a YARN application in cluster deploy mode), and the launch and the
+driver's handle are recorded in `control/<P>/launch.json`, so any later task — after an Airflow
+restart too — can find, adopt, stop or kill it through the same backend. The command itself is
+built by the caller (the Airflow hook follows the apache-spark provider's conventions). Launch
+records and driver logs hold command lines: they are their owner's only (0600 in 0700 folders),
+and secret settings never reach the command line.
 """
 
 from __future__ import annotations
@@ -15,13 +17,13 @@ import importlib.util
 import logging
 import os
 import signal
-import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from spark_jobs.control.backends import DriverBackend, DriverHandle, LocalProcessBackend, backend_of
 from spark_jobs.control.lease import iso, now_utc, read_json, write_json_atomically
-from spark_jobs.control.processes import ProcessRef, hostname, signal_group, start_ticks
+from spark_jobs.control.processes import ProcessRef
 from spark_jobs.control.submit_secrets import PRIVATE_FILE, move_secret_conf, private_folder
 from spark_jobs.home import REPO_ROOT, WeirHome
 
@@ -43,7 +45,8 @@ STREAM_ENTRY = entry_point("spark_jobs.stream")
 
 @dataclass(frozen=True)
 class LaunchRecord:
-    """A detached launch: the leader of its process group, and where its output goes."""
+    """A detached launch: the leader of spark-submit's process group, where its output goes, and
+    the driver's handle with its backend (none recorded: the process itself, as before backends)."""
 
     pipeline: str
     pid: int
@@ -52,10 +55,23 @@ class LaunchRecord:
     launched_at: str
     log_path: str
     command: list[str]
+    handle: dict[str, object] | None = None
 
     @property
-    def process(self) -> ProcessRef:
-        return ProcessRef(self.pid, self.host, self.start_ticks)
+    def driver(self) -> DriverHandle:
+        if self.handle:
+            return DriverHandle(**self.handle)  # type: ignore[arg-type]
+        return LocalProcessBackend.handle_of(ProcessRef(self.pid, self.host, self.start_ticks))
+
+    @property
+    def backend(self) -> DriverBackend:
+        return backend_of(self.driver)
+
+    @property
+    def process(self) -> DriverHandle:
+        """The driver as a process is tracked (`alive()`, `local`): the launch's own process group
+        on this host, or the cluster's application."""
+        return self.driver
 
 
 def launch_path(home: WeirHome, pipeline: str) -> Path:
@@ -80,35 +96,42 @@ def driver_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def cluster_driver_env() -> dict[str, str]:
+    """What a driver started by a cluster manager (not from this process) needs of this
+    environment: Weir's settings (WEIR_*), and this checkout on the Python path, as a driver on
+    this host inherits them. Secret ones travel in the submit's private properties file."""
+    env = {k: v for k, v in os.environ.items() if k.startswith("WEIR_")}
+    env.update(WEIR_HOME=str(WeirHome.from_env().root), PYSPARK_PYTHON=str(VENV_PYTHON),
+               PYTHONPATH=str(REPO_ROOT))
+    return env
+
+
 def spawn(home: WeirHome, pipeline: str, command: list[str],
-          env: dict[str, str] | None = None) -> LaunchRecord:
-    """Start `command` detached (new session, own process group, output to a log file under
-    WEIR_HOME/logs) and record the launch."""
+          env: dict[str, str] | None = None, backend: DriverBackend | None = None) -> LaunchRecord:
+    """Start `command` detached through `backend` (default: a local process; new session, own
+    process group, output to a log file under WEIR_HOME/logs) and record the launch and handle."""
     private_folder(home.logs)
     private_folder(home.control(pipeline))
     command = move_secret_conf(command, home.control(pipeline) / "spark-secrets.properties")
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
     log_path = home.logs / f"{pipeline}-driver-{stamp}-{os.getpid()}.log"
-    with os.fdopen(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE), "ab") as out:
-        child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 env=env or driver_environment(), cwd=str(REPO_ROOT),
-                                 start_new_session=True, close_fds=True)
-    record = LaunchRecord(pipeline, child.pid, hostname(), start_ticks(child.pid), iso(now_utc()),
-                          str(log_path), list(command))
+    launched = (backend or LocalProcessBackend()).launch(
+        command, env=env or driver_environment(), log_path=log_path, cwd=REPO_ROOT, log_mode=PRIVATE_FILE)
+    launcher = launched.launcher
+    record = LaunchRecord(pipeline, launcher.pid, launcher.host, launcher.start_ticks, iso(now_utc()),
+                          str(log_path), list(command), asdict(launched.handle))
     write_json_atomically(launch_path(home, pipeline), asdict(record))
     launch_path(home, pipeline).chmod(PRIVATE_FILE)
-    log.info("%s driver launched detached: pid %d, log %s", pipeline, child.pid, log_path)
+    log.info("%s driver launched detached: %s %s, log %s", pipeline, launched.handle.backend,
+             launched.handle.id, log_path)
     return record
 
 
 def kill_launch(home: WeirHome, pipeline: str, sig: signal.Signals = signal.SIGKILL) -> bool:
-    """Signal the whole process group of the recorded launch, if any of it still runs (clean-up of
-    a dead or hung driver: no orphaned spark-submit JVM is left behind). A group whose leader pid
-    now belongs to another process (recycled) is left alone."""
+    """End the recorded launch by force through its backend, if it still runs (clean-up of a dead
+    or hung driver: no orphaned spark-submit JVM, no YARN application is left behind). A process
+    group whose leader pid now belongs to another process (recycled) is left alone."""
     record = read_launch(home, pipeline)
     if record is None or not record.process.local:
         return False
-    ticks = start_ticks(record.pid)
-    if ticks is not None and record.start_ticks is not None and ticks != record.start_ticks:
-        return False
-    return signal_group(record.pid, sig)
+    return record.backend.kill(record.driver, sig)

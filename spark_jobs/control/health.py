@@ -3,7 +3,9 @@
 call `assess`.
 
 Whether the lease holder still counts is `spark_jobs.control.liveness`'s judgement, applied by
-`lease.liveness`; this module only adds what the heartbeat tells about a live holder.
+`lease.liveness`; this module adds what the heartbeat tells about a live holder, and what the
+cluster manager tells about a driver it runs (`backends`): a YARN application that has ended is a
+dead driver at once, before its lease would expire and wherever its host is.
 
 Verdicts: `running`; `starting` (launched, no query progress reported yet); `stalled` (its lease
 expired while its process may still run, or its heartbeat stopped, or a micro-batch has run
@@ -19,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spark_jobs.control import lease as leases
-from spark_jobs.control.driver import read_launch
+from spark_jobs.control.backends import DriverState, LocalProcessBackend
+from spark_jobs.control.driver import LaunchRecord, read_launch
 from spark_jobs.control.heartbeat import heartbeat_age_s, read_heartbeat, read_stop_request
 from spark_jobs.control.lease import now_utc, parse_iso
 from spark_jobs.control.liveness import Liveness, lease_ttl_s
@@ -42,6 +45,16 @@ def _age_s(text: str | None) -> float | None:
     return None if not text else (now_utc() - parse_iso(text)).total_seconds()
 
 
+def _ended_in_cluster(launch: LaunchRecord | None, state: DriverState | None) -> str | None:
+    """How the cluster manager reports the end of a driver it ran; None while it runs, when it
+    cannot tell, or for a local process (whose end `/proc` and the lease tell)."""
+    if launch is None or state is None or state.alive is not False:
+        return None
+    if launch.driver.backend == LocalProcessBackend.name:
+        return None
+    return launch.backend.describe(launch.driver)
+
+
 def assess(home: WeirHome, pipeline: str, *, stall_after_s: float,
            heartbeat_stale_s: float | None = None,
            startup_timeout_s: float = STARTUP_TIMEOUT_S) -> Health:
@@ -51,9 +64,15 @@ def assess(home: WeirHome, pipeline: str, *, stall_after_s: float,
     record = leases.read(home, pipeline)
     holder_state = leases.liveness(record) if record is not None else None
     launch = read_launch(home, pipeline)
-    launch_alive = bool(launch and launch.process.alive())
+    launch_state = launch.driver.state() if launch is not None else None
+    launch_alive = launch_state is DriverState.RUNNING
     launch_pid = launch.pid if launch else None
     beat = read_heartbeat(home, pipeline)
+    ended = _ended_in_cluster(launch, launch_state)
+    if ended is not None and (record is None or record.process.alive() is not True):
+        # The cluster manager saw its driver end: no need to wait for its lease to lapse.
+        marker = stopped_marker(home, pipeline)
+        return Health("stopped" if marker else "dead", ended, None, launch_pid, beat)
     if record is not None and holder_state is Liveness.LIVE:
         if beat is None or beat.get("token") != record.token:
             return Health("starting", "lease taken, no heartbeat yet", record.pid, launch_pid)

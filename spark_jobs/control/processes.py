@@ -9,6 +9,7 @@ import signal
 import socket
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 log = logging.getLogger(__name__)
 HAS_PROC = os.path.exists("/proc/self/stat")
@@ -79,9 +80,15 @@ def signal_process(pid: int, sig: signal.Signals) -> bool:
         return False
 
 
-def wait_gone(ref: ProcessRef, timeout_s: float, poll_s: float = 0.2) -> bool:
-    """Wait until the process is gone; whether it was seen gone within the timeout (never for a
-    process whose life this host cannot see)."""
+class Tracked(Protocol):
+    """A process, or a cluster's driver (`backends.DriverHandle`), whose life can be watched."""
+
+    def alive(self) -> bool | None: ...
+
+
+def wait_gone(ref: Tracked, timeout_s: float, poll_s: float = 0.2) -> bool:
+    """Wait until the process (or driver) is gone; whether it was seen gone within the timeout
+    (never for one whose life this host cannot see)."""
     deadline = time.monotonic() + timeout_s
     while ref.alive() is not False:
         if time.monotonic() >= deadline:

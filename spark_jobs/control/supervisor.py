@@ -25,6 +25,7 @@ from spark_jobs import catalog
 from spark_jobs.catalog import RestartPolicy
 from spark_jobs.control import eventlog
 from spark_jobs.control import lease as leases
+from spark_jobs.control.backends import LocalProcessBackend
 from spark_jobs.control.deploy_gate import CompatCheck, admit
 from spark_jobs.control.driver import LaunchRecord, kill_launch, read_launch
 from spark_jobs.control.lease import iso, now_utc
@@ -200,8 +201,10 @@ class Supervisor:
                details: dict[str, Any]) -> Adopt | Launch:
         self._pending = (action, actor, reason, details)
         if isinstance(decision, Adopt):
+            launch = read_launch(self.home, self.pipeline)
             eventlog.record(self.pipeline, "adopt", "ok", actor=actor, reason=reason, home=self.home,
-                            details={"driver_pid": decision.driver_pid, "after": action, **details})
+                            details={"driver_pid": decision.driver_pid, "after": action,
+                                     "driver": launch.handle if launch else None, **details})
             return decision
         if decision.clean_up_first:
             self.clean_up(kill_driver=False)
@@ -214,16 +217,22 @@ class Supervisor:
         action, actor, reason, details = self._pending
         eventlog.record(self.pipeline, action, "launched", actor=actor, reason=reason, home=self.home,
                         details={"launch_pid": record.pid, "master": master, "log": record.log_path,
-                                 **details})
+                                 "driver": record.handle, **details})
 
     def clean_up(self, *, kill_driver: bool) -> None:
-        """Leave nothing of a lost driver: kill it when stalled (and its whole launch group), wait
-        for it to go, drop its lease."""
+        """Leave nothing of a lost driver: kill it when stalled, and its launch through its backend
+        (the whole local process group, or the cluster's application), wait for it to go, drop
+        its lease."""
         record = leases.read(self.home, self.pipeline)
-        if kill_driver and record is not None and record.process.alive():
+        launch = read_launch(self.home, self.pipeline)
+        in_process = launch is None or launch.driver.backend == LocalProcessBackend.name
+        if kill_driver and in_process and record is not None and record.process.alive():
             log.warning("%s: killing stalled driver pid %d", self.pipeline, record.pid)
             signal_process(record.pid, signal.SIGKILL)
-        kill_launch(self.home, self.pipeline, signal.SIGKILL)
+        if kill_launch(self.home, self.pipeline, signal.SIGKILL) and launch is not None:
+            log.warning("%s: killed %s", self.pipeline, launch.backend.describe(launch.driver))
+        if launch is not None and not in_process:
+            wait_gone(launch.process, 30.0)
         if record is not None and record.process.local:
             wait_gone(record.process, 15.0)
         leases.clear_stale(self.home, self.pipeline)
