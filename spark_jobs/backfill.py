@@ -24,7 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from spark_jobs import queries, transforms
+from delta.tables import DeltaTable
+from pyspark.sql import functions as F
+
+from spark_jobs import queries, sessions, transforms
 from spark_jobs.control import eventlog
 from spark_jobs.errors import UserError
 from spark_jobs.home import WeirHome
@@ -89,7 +92,6 @@ def backfill(spark: SparkSession, pipeline: Pipeline, date_from: dt.date, date_t
 
 def latest_version(spark: SparkSession, path: Path) -> int:
     """The latest committed version of the Delta table at `path`."""
-    from delta.tables import DeltaTable
 
     return int(DeltaTable.forPath(spark, str(path)).history(1).select("version").first()[0])
 
@@ -99,7 +101,6 @@ def bronze_lines(spark: SparkSession, path: Path, version: int, date_from: dt.da
     """The bronze rows, as of `version`, that a back-fill of these dates re-derives. Rows written
     before `event_date_hint` existed have none and are read whatever the dates; Delta's per-file
     statistics on the hint skip every other file."""
-    from pyspark.sql import functions as F
 
     hint = F.col(transforms.EVENT_DATE_HINT)
     return (spark.read.format("delta").option("versionAsOf", version).load(str(path))
@@ -148,7 +149,6 @@ def _reconcile_quarantine(parsed: DataFrame, tables: PipelineTables, pipeline: P
     """Quarantine rows of the lines read: the rejects are set, and a line that is now valid loses
     its row — unless its event date is outside the range (its silver row belongs to a back-fill of
     that date, which then takes it out of quarantine; until then it stays accounted for)."""
-    from pyspark.sql import functions as F
 
     inside = transforms.event_date(pipeline).between(F.lit(date_from), F.lit(date_to))
     outside = F.col(transforms.REASON).isNull() & ~F.coalesce(inside, F.lit(False))
@@ -194,7 +194,6 @@ def _reconcile_sessions(spark: SparkSession, tables: PipelineTables, pipeline: P
     """The sessions that start in the range, recomputed from silver by the stream's state function
     (`sessions.batch_rows`). A session stands under the date of its first event and may run past
     midnight, so silver is read from the day before to the day after the range."""
-    from spark_jobs import sessions
 
     assert tables.sessions is not None
     in_range = date_range("event_date", date_from, date_to)

@@ -58,7 +58,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -162,7 +165,6 @@ class _Lines:
 
 def _read_owned(r: FileRange) -> _Lines | None:
     """Read the bytes of the lines owned by `r` (LineRecordReader convention) and cut them."""
-    import numpy as np
 
     entry, a, b = r.entry, r.start, r.end
     base = max(a - 1, 0)
@@ -234,7 +236,6 @@ def read_range_batches(r: FileRange, arrow_schema: Any, max_rows: int) -> Iterat
     """The lines `r` owns as `pyarrow.RecordBatch`es of `arrow_schema` (source, position, value,
     raw), at most `max_rows` rows each. Valid UTF-8 is passed through without a Python object per
     line; a batch with invalid bytes falls back to per-line decoding with replacement."""
-    import pyarrow as pa
 
     _check_unchanged(r.entry)
     lines = _read_owned(r)
@@ -261,8 +262,6 @@ def read_range_batches(r: FileRange, arrow_schema: Any, max_rows: int) -> Iterat
 
 
 def _decode_with_replacement(values: Any) -> tuple[Any, Any]:
-    import pyarrow as pa
-
     texts: list[str] = []
     raws: list[bytes | None] = []
     for b in values.to_pylist():
@@ -391,7 +390,6 @@ class LandingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, LandingPartition), type(partition)
-        from pyspark.sql.pandas.types import to_arrow_schema
 
         # Exactly the Arrow schema the worker checks batches against (nullability included).
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_jobs.home import REPO_ROOT, WeirHome
+from spark_jobs.tables import add_missing_columns, ensure_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -57,7 +58,6 @@ def read_dimension(spark: SparkSession, tables: PipelineTables) -> DataFrame | N
 def ensure_tables(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> PipelineTables:
     """Create the pipeline's tables (and seed its dimension) if they do not exist yet."""
     from spark_jobs import transforms
-    from spark_jobs.tables import add_missing_columns, ensure_table
 
     tables = PipelineTables.of(home, pipeline)
     empty_bronze = spark.createDataFrame([], transforms.BRONZE_SCHEMA)

@@ -7,6 +7,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from delta.tables import DeltaTable
+from pyspark.sql import functions as F
+
+from spark_jobs import sessions as session_state
 from spark_jobs import transforms
 from spark_jobs.sources import read_stream
 from spark_jobs.topology import has_started
@@ -35,8 +39,6 @@ def gold_starting_version(spark: SparkSession, pipeline: Pipeline, home: WeirHom
     query starts). Delta refuses a starting version that does not exist yet, so while V is still
     silver's latest this is `latest` (= V+1, resolved when the query starts). None once the query
     has a checkpoint (Spark ignores starting options then) or when gold was never rebuilt."""
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
 
     if has_started(home, pipeline, "gold") or not DeltaTable.isDeltaTable(spark, str(tables.gold)):
         return None
@@ -70,7 +72,6 @@ def sessions(spark: SparkSession, pipeline: Pipeline, tables: PipelineTables) ->
     """Silver as a Delta stream → the session rows each micro-batch changes (keyed state with
     event-time timeouts, `spark_jobs.sessions`). Back-fills' change commits are skipped, as for
     gold; on a fresh checkpoint the query reads silver from its beginning."""
-    from spark_jobs import sessions as session_state
 
     silver = (spark.readStream.format("delta").option("skipChangeCommits", "true")
               .load(str(tables.silver)))

@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 from pyspark.sql import Column, Row
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
@@ -242,8 +243,6 @@ def batch_rows(silver: DataFrame, pipeline: Pipeline, horizon_ms: int | None) ->
     schema = raw_schema(spec)
 
     def one_session(key: tuple[Any, ...], table: pa.Table) -> pa.Table:
-        import pyarrow as pa
-
         session = SessionState.from_tuple(None, spec).fold(table.to_pylist(), spec)
         assert session.last_ms is not None
         session.timed_out = horizon_ms is not None and session.last_ms + gap_ms <= horizon_ms
@@ -254,8 +253,6 @@ def batch_rows(silver: DataFrame, pipeline: Pipeline, horizon_ms: int | None) ->
 
 
 def _arrow_schema(schema: StructType) -> pa.Schema:
-    import pyarrow as pa
-
     kinds = {"string": pa.string(), "bigint": pa.int64(), "double": pa.float64(), "boolean": pa.bool_()}
     return pa.schema([pa.field(f.name, kinds[f.dataType.simpleString()]) for f in schema.fields])
 

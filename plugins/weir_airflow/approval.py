@@ -15,6 +15,8 @@ from typing import Any
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import Param
 
+from spark_jobs.control import eventlog
+
 log = logging.getLogger(__name__)
 RESPONSE_TIMEOUT = dt.timedelta(hours=12)
 PLAN_TASK = "plan"
@@ -63,8 +65,6 @@ class PlanApprovalOperator(ApprovalOperator):
         return super().execute_complete(context, event)
 
     def _record(self, outcome: str, actor: str, reason: str | None, details: dict[str, Any]) -> None:
-        from spark_jobs.control import eventlog
-
         eventlog.record(self.pipeline, self.event_action, outcome, actor=actor, reason=reason,
                         details=details)
         log.info("%s %s: %s by %s", self.pipeline, self.event_action, outcome, actor)

@@ -20,6 +20,7 @@ from airflow.sdk import Asset, AssetWatcher
 
 from spark_jobs import catalog
 from spark_jobs.catalog import DEFAULT_ASSET_EVENT_INTERVAL_S
+from spark_jobs.control import eventlog
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables
 from weir_airflow.delta_watch import DeltaCommitTrigger
@@ -75,7 +76,6 @@ def annotate_backfill_events(outlet_events: Any, name: str, date_from: str, date
     """Put the back-filled dates into the extra of each outlet's asset event (`outlet_events` from
     the task context), with whether the back-fill changed that table, read from the event-log
     entry the back-fill job wrote at or after `started` (None when it cannot be found)."""
-    from spark_jobs.control import eventlog
 
     home = home or WeirHome.from_env()
     try:

@@ -9,6 +9,9 @@ import json
 import logging
 from typing import Any
 
+from spark_jobs.control import eventlog
+from spark_jobs.home import WeirHome
+
 log = logging.getLogger(__name__)
 
 
@@ -29,9 +32,6 @@ def pipeline_of(dag: Any, params: dict[str, Any]) -> str:
 
 
 def alert_on_failure(context: Any) -> None:
-    from spark_jobs.control import eventlog
-    from spark_jobs.home import WeirHome
-
     ti = context.get("ti") or context.get("task_instance")
     dag = context.get("dag") or getattr(getattr(ti, "task", None), "dag", None)
     dag_id = getattr(ti, "dag_id", None) or getattr(dag, "dag_id", "?")

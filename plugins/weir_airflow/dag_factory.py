@@ -22,13 +22,32 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG, CronDataIntervalTimetable, Param, get_current_context, task
 
 from spark_jobs import catalog
+from spark_jobs.checkpoints import DESTRUCTIVE
 from spark_jobs.control.stop import GRACEFUL_TIMEOUT_S
+from weir_airflow.approval import PlanApprovalOperator
 from weir_airflow.assets import annotate_backfill_events, backfill_inlets, backfill_outlets
 from weir_airflow.callbacks import alert_on_failure, pipeline_tag
-from weir_airflow.operators import StreamRestartOperator, StreamStopOperator, StreamSupervisorOperator
+from weir_airflow.operators import (
+    StreamRestartOperator,
+    StreamStopOperator,
+    StreamSupervisorOperator,
+    actor_of,
+)
+from weir_airflow.tasks import (
+    approved_checkpoint_action,
+    approved_refresh,
+    backfill_date,
+    checkpoint_action,
+    checkpoint_plan,
+    dq_check,
+    maintain,
+    recent_dates,
+)
+from weir_airflow.tasks import refresh_plan as plan_of
 
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 BACKUPS_KEPT = 24
@@ -39,8 +58,6 @@ CHECKPOINT_ACTIONS = ("inspect", "validate", "backup", "backups", "restore", "re
 
 
 def _actor() -> str:
-    from weir_airflow.operators import actor_of
-
     return actor_of(get_current_context())
 
 
@@ -73,9 +90,7 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
                            graceful_timeout_s="{{ params.graceful_timeout_s }}")
     dags[stop_dag.dag_id] = stop_dag
 
-    from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 
-    from weir_airflow.approval import PlanApprovalOperator
 
     # A plain restart stops at a batch boundary and resumes from the same checkpoint (nothing is
     # lost or rewritten): it runs at once. A restore or reset rewrites the checkpoint: its dry-run
@@ -97,8 +112,6 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
 
         @task(task_id="plan")
         def restart_plan() -> dict:
-            from weir_airflow.tasks import checkpoint_plan
-
             p = get_current_context()["params"]
             return checkpoint_plan(name, RESTART_MODES[p["mode"]], backup_id=p.get("backup_id"),
                                    reset_from=p.get("reset_from"), actor=_actor(), reason=p.get("reason"))
@@ -129,8 +142,6 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
 
         @task(task_id="backfill", inlets=backfill_inlets(name), outlets=backfill_outlets(name))
         def backfill_day() -> str:
-            from weir_airflow.tasks import backfill_date
-
             context = get_current_context()
             day = context["params"].get("date") or _run_date(context)
             started = dt.datetime.now(dt.UTC)
@@ -140,8 +151,6 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
 
         @task(task_id="dq", on_failure_callback=alert_on_failure)
         def dq_of_day(day: str) -> dict:
-            from weir_airflow.tasks import dq_check
-
             return dq_check(name, day, day)
 
         dq_of_day(backfill_day())
@@ -152,8 +161,6 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
 
         @task(task_id="dq", on_failure_callback=alert_on_failure)
         def dq_recent() -> dict:
-            from weir_airflow.tasks import dq_check, recent_dates
-
             context = get_current_context()
             first, last = recent_dates(context.get("data_interval_end") or context.get("logical_date"))
             return dq_check(name, first, last)
@@ -182,8 +189,6 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
 
         @task(task_id="plan")
         def plan() -> dict:
-            from weir_airflow.tasks import checkpoint_plan
-
             p = get_current_context()["params"]
             return checkpoint_plan(name, p["action"], backup_id=p.get("backup_id"),
                                    reset_from=p.get("reset_from"), keep=p.get("keep"), actor=_actor(),
@@ -192,8 +197,6 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
         # Runs straight after `route`, or after an approval (a rejection skips it).
         @task(task_id="checkpoint", trigger_rule="none_failed_min_one_success")
         def checkpoint() -> dict:
-            from weir_airflow.tasks import approved_checkpoint_action, checkpoint_action
-
             context = get_current_context()
             p = context["params"]
             args = {"backup_id": p.get("backup_id"), "reset_from": p.get("reset_from"),
@@ -222,15 +225,11 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
 
         @task(task_id="plan")
         def refresh_plan() -> dict:
-            from weir_airflow.tasks import refresh_plan as plan_of
-
             p = get_current_context()["params"]
             return plan_of(name, p["origin"], actor=_actor(), reason=p.get("reason"))
 
         @task(task_id="refresh")
         def refresh() -> dict:
-            from weir_airflow.tasks import approved_refresh
-
             context = get_current_context()
             p = context["params"]
             return approved_refresh(name, p["origin"], context["ti"].xcom_pull(task_ids="approve"),
@@ -247,14 +246,10 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
 
         @task(task_id="backup")
         def backup() -> dict:
-            from weir_airflow.tasks import checkpoint_action
-
             return checkpoint_action(name, "backup", actor="airflow", reason="periodic backup")
 
         @task(task_id="prune")
         def prune() -> dict:
-            from weir_airflow.tasks import checkpoint_action
-
             return checkpoint_action(name, "prune", keep=BACKUPS_KEPT, confirm=True, actor="airflow",
                                      reason="periodic backup retention")
 
@@ -267,8 +262,6 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
 
         @task(task_id="optimize_vacuum")
         def optimize_vacuum() -> None:
-            from weir_airflow.tasks import maintain
-
             maintain(name, actor=_actor())
 
         optimize_vacuum()
@@ -278,7 +271,6 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
 
 def _needs_approval(params: Any) -> bool:
     """A destructive checkpoint action that is not a dry run waits for an approval of its plan."""
-    from spark_jobs.checkpoints import DESTRUCTIVE
 
     return params["action"] in DESTRUCTIVE and not params.get("dry_run")
 

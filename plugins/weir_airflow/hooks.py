@@ -21,6 +21,7 @@ from airflow.providers.common.compat.sdk import AirflowException
 from spark_jobs.control.backends import backend_for
 from spark_jobs.control.driver import VENV_PYTHON, LaunchRecord, cluster_driver_env, driver_environment, spawn
 from spark_jobs.home import WeirHome
+from spark_jobs.jars import resolved_jars
 from spark_jobs.session import yarn_conf
 
 DEFAULT_MASTER = "local[*]"
@@ -38,8 +39,6 @@ class WeirSparkSubmitHook(SparkSubmitHook):
     """spark-submit with the venv's Spark, the cached jars, and a `local[*]` fallback master."""
 
     def __init__(self, *, conn_id: str = "spark_default", **kwargs: Any) -> None:
-        from spark_jobs.jars import resolved_jars
-
         kwargs.setdefault("spark_binary", str(VENV_PYTHON.parent / "spark-submit"))
         kwargs.setdefault("jars", ",".join(resolved_jars()))
         super().__init__(conn_id=conn_id, **kwargs)

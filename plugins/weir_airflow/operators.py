@@ -14,11 +14,22 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
+from airflow.providers.standard.triggers.temporal import DateTimeTrigger
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
 
-from spark_jobs.control.stop import GRACEFUL_TIMEOUT_S
+from spark_jobs.control.deploy_gate import IncompatibleCodeError
+from spark_jobs.control.driver import STREAM_ENTRY
+from spark_jobs.control.oncall import restart
+from spark_jobs.control.stop import GRACEFUL_TIMEOUT_S, stop_driver
+from spark_jobs.control.supervisor import Finish, GiveUp, Launch, Supervisor
+from spark_jobs.home import WeirHome
+from weir_airflow.hooks import WeirSparkSubmitHook
+from weir_airflow.tasks import approved, checkpoint_action, submitted_compat_check
+from weir_airflow.triggers import DriverWatchTrigger
 
 log = logging.getLogger(__name__)
 SHORT_BACKOFF_S = 5.0
@@ -27,7 +38,6 @@ SHORT_BACKOFF_S = 5.0
 def budget_exhausted(message: str) -> Exception:
     """The driver failed more often than its restart policy allows: fail the task for good (no
     Airflow retry; its retries are for the supervisor itself dying, e.g. with the scheduler)."""
-    from airflow.sdk.exceptions import AirflowFailException
 
     return AirflowFailException(message)
 
@@ -39,8 +49,6 @@ def actor_of(context: Any) -> str:
 
 
 def weir_home() -> Any:
-    from spark_jobs.home import WeirHome
-
     return WeirHome.from_env()
 
 
@@ -60,8 +68,6 @@ class StreamSupervisorOperator(BaseOperator):
         self.poll_interval_s = poll_interval_s
 
     def _supervisor(self) -> Any:
-        from spark_jobs.control.supervisor import Supervisor
-        from weir_airflow.tasks import submitted_compat_check
 
         # The deploy gate's check of changed code is a submitted job: no JVM in this worker.
         return Supervisor(weir_home(), self.pipeline,
@@ -79,20 +85,15 @@ class StreamSupervisorOperator(BaseOperator):
 
     def _guarded(self, decide: Any) -> Any:
         """A deploy refused by the gate (code that does not fit the checkpoint) fails for good."""
-        from spark_jobs.control.deploy_gate import IncompatibleCodeError
 
         try:
             return decide()
         except IncompatibleCodeError as err:
-            from airflow.sdk.exceptions import AirflowFailException
 
             raise AirflowFailException(str(err)) from err
 
     def _carry_out(self, supervisor: Any, decision: Any) -> None:
         """Launch when the supervisor said `Launch`; an `Adopt` needs nothing more."""
-        from spark_jobs.control.driver import STREAM_ENTRY
-        from spark_jobs.control.supervisor import Launch
-        from weir_airflow.hooks import WeirSparkSubmitHook
 
         if not isinstance(decision, Launch):
             log.info("%s: adopted the live driver pid %s; watching it from the triggerer",
@@ -106,16 +107,12 @@ class StreamSupervisorOperator(BaseOperator):
                  record.driver.backend, record.driver.id)
 
     def _watch(self, supervisor: Any) -> None:
-        from weir_airflow.triggers import DriverWatchTrigger
-
         self.defer(trigger=DriverWatchTrigger(self.pipeline, str(supervisor.home.root),
                                               supervisor.policy.stall_after_s, self.poll_interval_s),
                    method_name="on_driver_event")
 
     # -- resume -----------------------------------------------------------------------------
     def on_driver_event(self, context: Any, event: dict[str, Any]) -> None:
-        from spark_jobs.control.supervisor import Finish, GiveUp
-
         supervisor = self._supervisor()
         decision = supervisor.after_loss(event["verdict"], event["detail"], event)
         if isinstance(decision, Finish):
@@ -128,14 +125,11 @@ class StreamSupervisorOperator(BaseOperator):
             time.sleep(decision.backoff_s)
             self.relaunch(context, None, **kwargs)
             return
-        from airflow.providers.standard.triggers.temporal import DateTimeTrigger
 
         wake_at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=decision.backoff_s)
         self.defer(trigger=DateTimeTrigger(wake_at), method_name="relaunch", kwargs=kwargs)
 
     def relaunch(self, context: Any, event: Any = None, **kwargs: Any) -> None:
-        from spark_jobs.control.supervisor import Finish
-
         supervisor = self._supervisor()
         decision = self._guarded(lambda: supervisor.relaunch(
             verdict=kwargs.get("verdict"), detail=kwargs.get("detail"), attempt=kwargs.get("attempt"),
@@ -161,8 +155,6 @@ class StreamStopOperator(BaseOperator):
         self.graceful_timeout_s = graceful_timeout_s
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from spark_jobs.control.stop import stop_driver
-
         outcome = stop_driver(weir_home(), self.pipeline, actor=actor_of(context), reason=self.reason or None,
                               graceful_timeout_s=float(self.graceful_timeout_s))
         return {"outcome": outcome.outcome, "driver_pid": outcome.driver_pid}
@@ -188,10 +180,7 @@ class StreamRestartOperator(BaseOperator):
         self.graceful_timeout_s = graceful_timeout_s
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from functools import partial
 
-        from spark_jobs.control.oncall import restart
-        from weir_airflow.tasks import approved, checkpoint_action
 
         # A restore or reset runs once approved (the approval stands for `--yes` and goes to its
         # event); it is a submitted `weir checkpoint` job: no JVM in this worker.

@@ -14,10 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from spark_jobs.commands.checkpoint import command_line
 from spark_jobs.commands.refresh import command_line as refresh_command_line
+from spark_jobs.control.driver import driver_environment, entry_point
 from spark_jobs.control.maintenance import SAFE_RETENTION_HOURS
 from spark_jobs.control.submit_secrets import private_folder
 from spark_jobs.errors import UserError
 from spark_jobs.home import WeirHome
+from weir_airflow.approval import approval_of
+from weir_airflow.hooks import WeirSparkSubmitHook
 
 if TYPE_CHECKING:
     from spark_jobs.catalog import Pipeline
@@ -51,8 +54,6 @@ def submit_cli(pipeline: str, args: list[str], *, conn_id: str = "spark_default"
     `with_result`, the command writes its JSON result to a file this reads back (and removes).
     A failure raises `CommandFailedError` with the CLI's one-line reason, except an exit
     `EXIT_VERDICT` that came with a result. `actor` names who asked, in the command's event log."""
-    from spark_jobs.control.driver import driver_environment, entry_point
-    from weir_airflow.hooks import WeirSparkSubmitHook
 
     env = driver_environment()
     env_vars = {k: env[k] for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "WEIR_HOME", "PATH")}
@@ -147,7 +148,6 @@ def maintain(pipeline: str, actor: str = "airflow") -> None:
 
 def plan_markdown(title: str, result: dict[str, Any]) -> str:
     """A dry-run result as the Markdown an approver reads: what changes, in the result's own words."""
-    import json
 
     body = json.dumps(result.get("plan", result), indent=2, sort_keys=True, default=str)
     return f"### {title}: the plan (dry run, nothing changed yet)\n\n```json\n{body}\n```\n"
@@ -166,7 +166,6 @@ def checkpoint_plan(pipeline: str, action: str, *, backup_id: str | None = None,
 def approved(payload: dict[str, Any] | None, what: str) -> dict[str, Any]:
     """The approval an action runs under; refuse to run without one (a skipped or failed approval
     never reaches here, this guards a DAG wired wrongly)."""
-    from weir_airflow.approval import approval_of
 
     approval = approval_of(payload)
     if approval["decision"] != "Approve":

@@ -11,9 +11,13 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from spark_jobs.control.health import assess
+from spark_jobs.home import WeirHome
 
 FIRING_VERDICTS = ("dead", "stalled", "stopped", "absent")
 
@@ -34,10 +38,6 @@ class DriverWatchTrigger(BaseTrigger):
 
     def check(self) -> dict[str, Any]:
         """One look at the driver (blocking file reads: run in a thread)."""
-        from pathlib import Path
-
-        from spark_jobs.control.health import assess
-        from spark_jobs.home import WeirHome
 
         health = assess(WeirHome(Path(self.weir_home)), self.pipeline, stall_after_s=self.stall_after_s)
         return {"pipeline": self.pipeline, "verdict": health.verdict, "detail": health.detail,

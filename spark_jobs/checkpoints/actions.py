@@ -19,10 +19,17 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs import topology
+from spark_jobs import catalog, topology
 from spark_jobs.checkpoints import backups, generations, layout, validation
+from spark_jobs.checkpoints.inspection import inspect
+from spark_jobs.checkpoints.liveness import running_driver
+from spark_jobs.checkpoints.validation import validate
+from spark_jobs.control import deploy_gate, eventlog, lease
 from spark_jobs.errors import UserError
 from spark_jobs.home import WeirHome
+from spark_jobs.layers import PipelineTables
+from spark_jobs.session import build_session
+from spark_jobs.tables import retry_conflicts
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -57,7 +64,6 @@ def run_action(pipeline: str, action: str, *, backup_id: str | None = None,
     earliest|latest|TIMESTAMP for reset; `keep` is the number of backups prune keeps; `approval`
     (who approved it in Airflow, and why) goes to the event log with the action. `home`,
     `spark` and `progress` are for in-process callers (tests, the CLI's progress bar)."""
-    from spark_jobs import catalog
 
     if action not in ACTIONS:
         raise UserError(f"unknown checkpoint action {action!r}; expected one of {', '.join(ACTIONS)}")
@@ -108,8 +114,6 @@ def _with(approval: dict[str, Any] | None, details: dict[str, Any]) -> dict[str,
 
 def _record(home: WeirHome, pipeline: str, action: str, outcome: str, actor: str,
             reason: str | None, details: dict[str, Any]) -> None:
-    from spark_jobs.control import eventlog
-
     eventlog.record(pipeline, f"checkpoint {action}", outcome, actor=actor, reason=reason,
                     details=details, home=home)
 
@@ -121,7 +125,6 @@ def holding(home: WeirHome, pipeline: str, action: str, *, dry_run: bool) -> Ite
     `LeaseHeldError` rather than starting on a half-installed checkpoint. A dry run holds and
     refuses nothing (its plan names the running driver, see `running_driver_note`: `P_restart`
     shows the plan before it stops the stream); other actions do not hold it."""
-    from spark_jobs.control import lease
 
     if action not in NEEDS_STOPPED or dry_run:
         yield
@@ -139,15 +142,12 @@ def holding(home: WeirHome, pipeline: str, action: str, *, dry_run: bool) -> Ite
 def running_driver_note(home: WeirHome, pipeline: str) -> str | None:
     """For a dry run's plan: the driver that runs now (the action itself refuses while it does,
     so it has to be stopped first), or None."""
-    from spark_jobs.checkpoints.liveness import running_driver
 
     driver = running_driver(home, pipeline)
     return None if driver is None else f"{driver}: stop it first (P_restart does)"
 
 
 def _refuse_while_running(home: WeirHome, pipeline: str, action: str) -> None:
-    from spark_jobs.checkpoints.liveness import running_driver
-
     driver = running_driver(home, pipeline)
     if driver is not None:
         raise PipelineRunningError(
@@ -160,7 +160,6 @@ def _gate_installed(home: WeirHome, p: Pipeline, actor: str,
     """Re-run the deploy gate on the checkpoint just installed from a backup: the code admitted
     before fitted the old checkpoint, not necessarily this one. A misfit is reported here and,
     since its admission record stays cleared, refused by the gate at the next start."""
-    from spark_jobs.control import deploy_gate
 
     deploy_gate.admitted_path(home, p.name).unlink(missing_ok=True)
     try:
@@ -175,8 +174,6 @@ def _gate_installed(home: WeirHome, p: Pipeline, actor: str,
 
 
 def _session(spark: SparkSession | None, name: str) -> SparkSession:
-    from spark_jobs.session import build_session
-
     return spark or build_session(f"weir-checkpoint-{name}")
 
 
@@ -194,14 +191,10 @@ def safety_backup(home: WeirHome, p: Pipeline, action: str, actor: str, reason: 
 # --- the actions ---------------------------------------------------------------------------------
 
 def _inspect(home: WeirHome, p: Pipeline, *, spark: SparkSession | None, **_: Any) -> dict[str, Any]:
-    from spark_jobs.checkpoints.inspection import inspect
-
     return inspect(home, p, _session(spark, p.name))
 
 
 def _validate(home: WeirHome, p: Pipeline, **_: Any) -> dict[str, Any]:
-    from spark_jobs.checkpoints.validation import validate
-
     return validate(home, p)
 
 
@@ -248,7 +241,6 @@ def _rewind(home: WeirHome, p: Pipeline, *, backup_id: str | None, actor: str, r
     """Tables back to the backup's versions, the ingest checkpoint back to the backup's batch; the
     downstream (gold) query starts fresh from silver's restored snapshot, because silver's history
     after the RESTORE still holds the bad commits a Delta stream would read again."""
-    from spark_jobs.layers import PipelineTables
 
     if not backup_id:
         raise UserError("rewind needs --to BACKUP_ID (see `weir checkpoint backups`)")
@@ -269,7 +261,6 @@ def _rewind(home: WeirHome, p: Pipeline, *, backup_id: str | None, actor: str, r
     for layer, version in restores.items():
         from delta.tables import DeltaTable
 
-        from spark_jobs.tables import retry_conflicts
 
         target = home.confine(tables[layer])
         retry_conflicts(lambda t=target, v=version: DeltaTable.forPath(session, str(t)).restoreToVersion(v),
@@ -300,7 +291,6 @@ def _reset(home: WeirHome, p: Pipeline, *, reset_from: str | None, actor: str, r
     generations.stage_reset(home, p, plan, staged)
     number = generations.install(home, p, staged, f"reset --from {reset_from}")
     generations.after_install(home, p, plan)
-    from spark_jobs.control import deploy_gate
 
     # The new generation's state is built by the next start: let the gate check that start.
     deploy_gate.admitted_path(home, p.name).unlink(missing_ok=True)

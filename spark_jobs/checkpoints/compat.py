@@ -20,9 +20,13 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs import queries, topology
+from delta.tables import DeltaTable
+from py4j.protocol import Py4JJavaError
+
+from spark_jobs import queries, sessions, topology, transforms
+from spark_jobs.catalog import KafkaSource
 from spark_jobs.checkpoints import layout
-from spark_jobs.layers import PipelineTables
+from spark_jobs.layers import PipelineTables, read_dimension, session_schema
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -168,7 +172,6 @@ def code_plan(df: DataFrame) -> CodePlan:
 def _buffer_attributes(function: Any) -> Any:
     """The aggregation buffer of an aggregate function; a runtime-replaceable one (count_if,
     every, ...) keeps the buffer of the function it is replaced by."""
-    from py4j.protocol import Py4JJavaError
 
     for _ in range(5):
         try:
@@ -180,7 +183,6 @@ def _buffer_attributes(function: Any) -> Any:
 
 def current_queries(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> dict[str, DataFrame]:
     """The streaming DataFrames the current code runs (as `stream.start_query` builds them)."""
-    from delta.tables import DeltaTable
 
     tables = PipelineTables.of(home, pipeline)
     out = {"ingest": queries.ingest(spark, pipeline, home)}
@@ -193,7 +195,6 @@ def current_queries(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> 
 
 def code_state_variables(pipeline: Pipeline) -> StateSchemas:
     """The keyed state the sessions query's processor declares: variable → (key, value) fields."""
-    from spark_jobs import sessions
 
     assert pipeline.sessions is not None
     value = sessions.state_schema(pipeline.sessions)
@@ -315,10 +316,6 @@ def _fields(fields: list[tuple[str, str]]) -> str:
 
 def _table_reasons(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> list[Reason]:
     """Output tables whose schema no longer matches what the code writes."""
-    from delta.tables import DeltaTable
-
-    from spark_jobs import transforms
-    from spark_jobs.layers import PipelineTables, read_dimension
 
     tables = PipelineTables.of(home, pipeline)
     parsed = transforms.parse(spark.createDataFrame([], transforms.BRONZE_SCHEMA), pipeline)
@@ -328,7 +325,6 @@ def _table_reasons(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> l
                 "quarantine": (tables.quarantine, transforms.rejects(parsed).schema),
                 "gold": (tables.gold, transforms.aggregate(silver, pipeline).schema)}
     if tables.sessions is not None:
-        from spark_jobs.layers import session_schema
 
         expected["sessions"] = (tables.sessions, session_schema(silver, pipeline))
     reasons = []
@@ -349,8 +345,6 @@ def _table_reasons(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> l
 
 def compat(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> dict[str, Any]:
     """The verdict and its reasons for starting the current code on the pipeline's checkpoint."""
-    from spark_jobs.catalog import KafkaSource
-    from spark_jobs.layers import PipelineTables
 
     tables = PipelineTables.of(home, pipeline)
     expected: dict[str, list[dict[str, Any]]] = {

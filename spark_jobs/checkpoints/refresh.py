@@ -25,12 +25,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
-from spark_jobs import topology
+from spark_jobs import catalog, topology
+from spark_jobs.catalog import FileSource
 from spark_jobs.checkpoints import backups, generations, layout
 from spark_jobs.checkpoints.actions import holding, require_confirmation, running_driver_note, safety_backup
+from spark_jobs.control import deploy_gate, eventlog
 from spark_jobs.errors import UserError
 from spark_jobs.home import WeirHome
 from spark_jobs.landing_manifest import DIGEST_HEX_IN_SOURCE, file_digest
+from spark_jobs.layers import PipelineTables, ensure_tables
+from spark_jobs.session import build_session
+from spark_jobs.tables import retry_conflicts
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -71,7 +76,6 @@ def refresh(pipeline: str, *, origin: str = "bronze", dry_run: bool = False, con
             progress: backups.Progress | None = None) -> dict[str, Any]:
     """Fully refresh `pipeline` from `origin` (bronze|source) and return what was done, or with
     `dry_run` the plan alone (nothing changes). `approval` (who approved, why) is logged with it."""
-    from spark_jobs import catalog
 
     if origin not in ORIGINS:
         raise UserError(f"unknown refresh origin {origin!r}; expected one of {', '.join(ORIGINS)}")
@@ -108,7 +112,6 @@ def plan_refresh(home: WeirHome, p: Pipeline, origin: str,
                  spark: SparkSession | None = None) -> RefreshPlan:
     """The plan of a refresh (reads only); from the source (which needs `spark`, to read
     bronze), refused when the source no longer holds what bronze has."""
-    from spark_jobs.layers import PipelineTables
 
     live = topology.existing_checkpoints(home, p)
     checkpoint = {}
@@ -143,7 +146,6 @@ def plan_refresh(home: WeirHome, p: Pipeline, origin: str,
 def _refresh(spark: SparkSession, home: WeirHome, p: Pipeline, plan: RefreshPlan, actor: str,
              reason: str | None, progress: backups.Progress | None) -> dict[str, Any]:
     from spark_jobs import backfill
-    from spark_jobs.control import deploy_gate
 
     safety = safety_backup(home, p, ACTION, actor, reason, progress)
     staged = generations.staging_folder(home, p.name)
@@ -162,7 +164,6 @@ def _refresh(spark: SparkSession, home: WeirHome, p: Pipeline, plan: RefreshPlan
     bronze_version = backfill.rebuild_from_bronze(spark, p, home)
     if plan.origin == "source":
         _ingest_from_source(spark, home, p)
-    from spark_jobs.layers import ensure_tables
 
     silver_version = backfill.rebuild_gold(spark, p, home, ensure_tables(spark, home, p))
     log.info("%s refreshed from %s: generation %d, bronze version %d, gold from silver version %s",
@@ -174,8 +175,6 @@ def _refresh(spark: SparkSession, home: WeirHome, p: Pipeline, plan: RefreshPlan
 def _empty_bronze(spark: SparkSession, home: WeirHome, p: Pipeline) -> None:
     """Bronze emptied in one overwrite (with the current schema), to be re-read from the source."""
     from spark_jobs import transforms
-    from spark_jobs.layers import ensure_tables
-    from spark_jobs.tables import retry_conflicts
 
     tables = ensure_tables(spark, home, p)
     empty = spark.createDataFrame([], transforms.BRONZE_TABLE_SCHEMA)
@@ -187,7 +186,6 @@ def _ingest_from_source(spark: SparkSession, home: WeirHome, p: Pipeline) -> Non
     """Run the ingest query over everything the source holds (availableNow), under the lease this
     action holds: the driver's own batches, fenced by that lease (`lease.fence`)."""
     from spark_jobs import stream
-    from spark_jobs.layers import ensure_tables
 
     tables = ensure_tables(spark, home, p)
     shuffle = "spark.sql.shuffle.partitions"
@@ -207,8 +205,6 @@ def _check_source(spark: SparkSession, home: WeirHome, p: Pipeline) -> dict[str,
     read is still there with the same content. Raises `SourceNoLongerHoldsError` when not."""
     from pyspark.sql import functions as F
 
-    from spark_jobs.catalog import FileSource
-    from spark_jobs.layers import PipelineTables
 
     if not isinstance(p.source, FileSource):
         raise SourceNoLongerHoldsError(
@@ -237,7 +233,6 @@ def _check_source(spark: SparkSession, home: WeirHome, p: Pipeline) -> dict[str,
 
 def _confine(home: WeirHome, p: Pipeline) -> None:
     """Refuse up front, before any copy or event, when a path the refresh touches escapes."""
-    from spark_jobs.layers import PipelineTables
 
     for path in (home.checkpoints(p.name), home.backups(p.name),
                  *(topology.checkpoint_location(home, p, q) for q in topology.QUERIES),
@@ -246,14 +241,10 @@ def _confine(home: WeirHome, p: Pipeline) -> None:
 
 
 def _session(spark: SparkSession | None, name: str) -> SparkSession:
-    from spark_jobs.session import build_session
-
     return spark or build_session(f"weir-refresh-{name}")
 
 
 def _record(home: WeirHome, pipeline: str, outcome: str, actor: str, reason: str | None,
             approval: dict[str, Any] | None, details: dict[str, Any]) -> None:
-    from spark_jobs.control import eventlog
-
     eventlog.record(pipeline, ACTION, outcome, actor=actor, reason=reason,
                     details={**details, "approval": approval} if approval else details, home=home)

@@ -13,11 +13,16 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from spark_jobs.checkpoints import run_action
+from spark_jobs.checkpoints.inspection import KEY_SETTINGS
 from spark_jobs.commands import add_result_file, pipeline_arg, write_result
+from spark_jobs.control.eventlog import default_actor
 
 HELP = {
     "inspect": "per query: path, batches, source position, state operators (rows, size), pinned settings",
@@ -134,12 +139,8 @@ def copy_progress(console: Any, enabled: bool) -> Iterator[Any]:
 
 
 def handle(args: argparse.Namespace) -> int:
-    import json
-
     from rich.console import Console
 
-    from spark_jobs.checkpoints import run_action
-    from spark_jobs.control.eventlog import default_actor
 
     err = Console(stderr=True)
     with copy_progress(err, args.action in ("backup", "restore", "rewind", "reset")) as progress:
@@ -156,7 +157,6 @@ def handle(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True, default=str))
     else:
-        import sys
 
         # A pipe or a log gets full-width rows rather than 80 columns of wrapped cells.
         SHOW.get(args.action, _show_plan)(Console(width=None if sys.stdout.isatty() else 200), result)
@@ -192,7 +192,6 @@ def _time_ms(ms: int | None) -> str:
 def _show_inspect(console: Any, result: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from spark_jobs.checkpoints.inspection import KEY_SETTINGS
 
     gen = result["generation"]
     console.print(f"[bold]{result['pipeline']}[/] checkpoint generation {gen.get('generation')} "
@@ -234,8 +233,6 @@ def _show_inspect(console: Any, result: dict[str, Any]) -> None:
 
 
 def json_text(value: Any) -> str:
-    import json
-
     return json.dumps(value, sort_keys=True, default=str)
 
 

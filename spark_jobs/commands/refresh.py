@@ -11,10 +11,20 @@ and table versions that change, the backup taken) and changes nothing. Event-log
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from typing import Any
 
+from spark_jobs.checkpoints.refresh import refresh
 from spark_jobs.commands import add_result_file, pipeline_arg, write_result
-from spark_jobs.commands.checkpoint import add_approval, approval_of_args, approval_options
+from spark_jobs.commands.checkpoint import (
+    add_approval,
+    approval_of_args,
+    approval_options,
+    copy_progress,
+    json_text,
+)
+from spark_jobs.control.eventlog import default_actor
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -49,14 +59,8 @@ def command_line(pipeline: str, origin: str, *, dry_run: bool = False, reason: s
 
 
 def handle(args: argparse.Namespace) -> int:
-    import json
-    import sys
-
     from rich.console import Console
 
-    from spark_jobs.checkpoints.refresh import refresh
-    from spark_jobs.commands.checkpoint import copy_progress, json_text
-    from spark_jobs.control.eventlog import default_actor
 
     err = Console(stderr=True)
     with copy_progress(err, not args.dry_run) as progress:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from pyspark.sql import functions as F
+
 from spark_jobs.catalog import RowRule
 from spark_jobs.transforms import REASON
 
@@ -42,7 +44,6 @@ def metric_name(rule: RowRule) -> str:
 def violation(rule: RowRule) -> Column:
     """True where an otherwise valid row breaks the rule (a null condition is not a violation;
     a row the contract rejects already keeps its own reasons)."""
-    from pyspark.sql import functions as F
 
     return F.col(CONTRACT_VALID) & ~F.coalesce(F.expr(rule.condition), F.lit(True))
 
@@ -51,7 +52,6 @@ def with_rules(parsed: DataFrame, rules: tuple[RowRule, ...]) -> DataFrame:
     """The parsed batch (see `transforms.parse`) with every `quarantine` rule a row breaks added to
     its reject reason, so `transforms.rejects` and `transforms.valid` route it; `_contract_valid`
     remembers the contract's verdict (the silver and quarantine projections drop it)."""
-    from pyspark.sql import functions as F
 
     if not rules:
         return parsed
@@ -64,7 +64,6 @@ def with_rules(parsed: DataFrame, rules: tuple[RowRule, ...]) -> DataFrame:
 
 def metrics(rules: tuple[RowRule, ...]) -> list[Column]:
     """One `dq_<name>` count of violating rows per rule."""
-    from pyspark.sql import functions as F
 
     return [F.count_if(violation(r)).alias(metric_name(r)) for r in rules]
 

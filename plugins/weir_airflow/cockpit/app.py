@@ -8,6 +8,8 @@ import asyncio
 import logging
 from typing import Any
 
+from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
+from airflow.api_fastapi.core_api.security import bearer_scheme, get_user, requires_access_view
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse
 
@@ -25,8 +27,6 @@ async def _requires_login(request: Request) -> None:
     valid token (the UI login's cookie or a bearer token), 403 without the permission to see
     views. Airflow's security module is imported on the first request, not when the plugin is
     loaded: the scheduler, triggerer and DAG processor load plugins too."""
-    from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
-    from airflow.api_fastapi.core_api.security import bearer_scheme, get_user, requires_access_view
 
     user = await get_user(request, None, await bearer_scheme(request))
     requires_access_view(AccessView.PLUGINS)(request, user)

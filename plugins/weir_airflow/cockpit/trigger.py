@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+import httpx
+from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+
 from spark_jobs.cockpit.actions import Action
 
 # A back-fill from the cockpit redoes every date of its range, also the ones already done.
@@ -32,7 +35,6 @@ class Triggered:
 def user_token(headers: dict[str, str], cookies: dict[str, str]) -> str | None:
     """The credential the request came with, in Airflow's order: a bearer token, else the
     UI login's `_token` cookie."""
-    from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
 
     scheme, _, value = headers.get("authorization", "").partition(" ")
     if scheme.lower() == "bearer" and value:
@@ -52,7 +54,6 @@ def request_of(action: Action, conf: dict[str, Any]) -> tuple[str, dict[str, Any
 
 async def trigger(action: Action, conf: dict[str, Any], *, airflow_url: str, token: str) -> Triggered:
     """POST the action's run (or back-fill) to Airflow at `airflow_url` (its root, ending in /)."""
-    import httpx
 
     path, body = request_of(action, conf)
     async with httpx.AsyncClient(base_url=airflow_url, timeout=TIMEOUT_S) as client:
