@@ -33,6 +33,7 @@ RESOLUTIONS = (
     ((f"{TOKEN_PROVIDER}:4.0.0",), "org.apache.kafka:kafka-clients"),
 )
 JVM_SOURCES = REPO_ROOT / "infra" / "jvm"
+IVY_SETTINGS = JVM_SOURCES / "ivysettings.xml"   # Maven Central only, see the file
 OWN_JAR = "weir-jvm.jar"
 
 
@@ -71,7 +72,7 @@ def _artifact(jar: Path) -> str:
 def resolve() -> list[str]:
     """Resolve the packages through Ivy into the cache (a no-op when the manifest is current).
     Jars that pyspark already ships (Jackson, Hadoop, Parquet, ...) are left out."""
-    wanted = repr(RESOLUTIONS) + own_sources_digest()
+    wanted = repr(RESOLUTIONS) + IVY_SETTINGS.read_text() + own_sources_digest()
     manifest, stamp = manifest_path(), cache_dir() / "packages.txt"
     if manifest.is_file() and stamp.is_file() and stamp.read_text() == wanted:
         try:
@@ -131,6 +132,7 @@ def _resolve_one(index: int) -> None:
         .appName("weir-resolve-jars")
         .config("spark.jars.packages", ",".join(packages))
         .config("spark.jars.ivy", str(cache_dir() / "ivy"))
+        .config("spark.jars.ivySettings", str(IVY_SETTINGS))
         .config("spark.ui.enabled", "false")
     )
     if excludes:
