@@ -38,7 +38,6 @@ def _ingested_files(spark: SparkSession, name: str) -> int:
 
 
 def _stream_while_generating(spark: SparkSession, home: WeirHome, console: Console) -> Written:
-
     pipeline = catalog.load("playback")
     stop = threading.Event()
     failure: list[BaseException] = []
@@ -80,8 +79,6 @@ def _stream_while_generating(spark: SparkSession, home: WeirHome, console: Conso
 
 
 def main() -> int:
-
-
     logging.basicConfig(level=logging.WARNING)
     console = Console()
     home = WeirHome.from_env()

@@ -60,7 +60,6 @@ class BatchSummary:
 
     @classmethod
     def of(cls, parsed: DataFrame, pipeline: Pipeline, rules: tuple[RowRule, ...]) -> BatchSummary:
-
         valid = F.col(transforms.REASON).isNull()
         metrics = row_rules.metrics(rules)
         rows = parsed.groupBy("_source").agg(

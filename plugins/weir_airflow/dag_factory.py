@@ -139,7 +139,6 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
                                    description="event date when triggered by hand (default: the day "
                                                "of the run's data interval, yesterday for a manual run)")},
              **common) as backfill_dag:
-
         @task(task_id="backfill", inlets=backfill_inlets(name), outlets=backfill_outlets(name))
         def backfill_day() -> str:
             context = get_current_context()
@@ -158,7 +157,6 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
 
     with DAG(f"{name}_dq", schedule="@hourly", max_active_runs=1, tags=[*tags, "quality"],
              description=f"Expectations of {name} over its recent partitions", **common) as dq_dag:
-
         @task(task_id="dq", on_failure_callback=alert_on_failure)
         def dq_recent() -> dict:
             context = get_current_context()
@@ -243,7 +241,6 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
              tags=[*tags, "checkpoint"],
              description=f"Hourly checkpoint backup of {name}, keeping the newest {BACKUPS_KEPT}",
              **common) as backup_dag:
-
         @task(task_id="backup")
         def backup() -> dict:
             return checkpoint_action(name, "backup", actor="airflow", reason="periodic backup")
@@ -259,7 +256,6 @@ def pipeline_dags(name: str) -> dict[str, DAG]:
     with DAG(f"{name}_maintenance", schedule="@daily", max_active_runs=1, tags=[*tags, "maintenance"],
              description=f"OPTIMIZE and VACUUM (safe retention) of {name}'s silver and gold",
              **common) as maintenance_dag:
-
         @task(task_id="optimize_vacuum")
         def optimize_vacuum() -> None:
             maintain(name, actor=_actor())

@@ -68,7 +68,6 @@ class StreamSupervisorOperator(BaseOperator):
         self.poll_interval_s = poll_interval_s
 
     def _supervisor(self) -> Any:
-
         # The deploy gate's check of changed code is a submitted job: no JVM in this worker.
         return Supervisor(weir_home(), self.pipeline,
                           compat_check=submitted_compat_check(conn_id=self.conn_id))
@@ -89,7 +88,6 @@ class StreamSupervisorOperator(BaseOperator):
         try:
             return decide()
         except IncompatibleCodeError as err:
-
             raise AirflowFailException(str(err)) from err
 
     def _carry_out(self, supervisor: Any, decision: Any) -> None:
@@ -180,8 +178,6 @@ class StreamRestartOperator(BaseOperator):
         self.graceful_timeout_s = graceful_timeout_s
 
     def execute(self, context: Any) -> dict[str, Any]:
-
-
         # A restore or reset runs once approved (the approval stands for `--yes` and goes to its
         # event); it is a submitted `weir checkpoint` job: no JVM in this worker.
         approval = None

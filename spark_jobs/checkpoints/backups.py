@@ -100,7 +100,6 @@ def delta_version(table: Path) -> int | None:
 
 
 def table_versions(home: WeirHome, pipeline: Pipeline) -> dict[str, int | None]:
-
     return {layer: delta_version(path) for layer, path in PipelineTables.of(home, pipeline).named().items()}
 
 

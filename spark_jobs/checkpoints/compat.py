@@ -325,7 +325,6 @@ def _table_reasons(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> l
                 "quarantine": (tables.quarantine, transforms.rejects(parsed).schema),
                 "gold": (tables.gold, transforms.aggregate(silver, pipeline).schema)}
     if tables.sessions is not None:
-
         expected["sessions"] = (tables.sessions, session_schema(silver, pipeline))
     reasons = []
     for layer, (path, schema) in expected.items():

@@ -128,7 +128,6 @@ def landing_files(home: WeirHome, pipeline: Pipeline) -> list[Path]:
 
 
 def plan_reset(home: WeirHome, pipeline: Pipeline, reset_from: str) -> ResetPlan:
-
     position = parse_reset_from(reset_from)
     if not isinstance(pipeline.source, FileSource):
         return ResetPlan(reset_from, pipeline.source.kind)

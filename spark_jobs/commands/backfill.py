@@ -24,7 +24,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-
     from rich.console import Console
 
     from spark_jobs.backfill import backfill

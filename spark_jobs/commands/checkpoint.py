@@ -157,7 +157,6 @@ def handle(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True, default=str))
     else:
-
         # A pipe or a log gets full-width rows rather than 80 columns of wrapped cells.
         SHOW.get(args.action, _show_plan)(Console(width=None if sys.stdout.isatty() else 200), result)
     if args.action == "validate" and not result["healthy"]:

@@ -40,7 +40,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-
     from rich.console import Console
 
 

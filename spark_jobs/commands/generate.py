@@ -21,8 +21,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-
-
     written = generate(WeirHome.from_env().landing(args.pipeline), files=args.files,
                        sessions_per_file=args.sessions_per_file, seed=args.seed)
     summary = {"files": len(written.files), "lines": written.lines, "bad_lines": written.bad_lines,

@@ -28,8 +28,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-
-
     if args.retain_hours < SAFE_RETENTION_HOURS:
         raise UserError(f"--retain-hours {args.retain_hours} is below the safe retention "
                         f"({SAFE_RETENTION_HOURS} h): files a running stream may still read would go")

@@ -69,7 +69,6 @@ def _first_line(err: Exception) -> str:
 
 
 def _show(spark: SparkSession, statement: str, args: argparse.Namespace, console: object) -> None:
-
     from rich.table import Table
 
     df = spark.sql(statement)

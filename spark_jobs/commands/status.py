@@ -18,8 +18,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-
-
     statuses = all_status(WeirHome.from_env(), [args.pipeline] if args.pipeline else None)
     if args.json:
         print(json.dumps(statuses[0] if args.pipeline else statuses, indent=2))

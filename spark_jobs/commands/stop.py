@@ -24,8 +24,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-
-
     home = WeirHome.from_env()
     actor = eventlog.default_actor()
     outcome = stop_driver(home, args.pipeline, actor=actor, reason=args.reason,

@@ -27,7 +27,6 @@ from spark_jobs.quality.report import DqReport, ExpectationOutcome
 from spark_jobs.session import build_session
 
 if TYPE_CHECKING:
-
     from great_expectations.core import ExpectationSuiteValidationResult
     from great_expectations.data_context import AbstractDataContext
     from pyspark.sql import DataFrame, SparkSession
@@ -59,7 +58,6 @@ def run_dq(pipeline: str, date_from: dt.date | None = None, date_to: dt.date | N
     suite = suites.load(pipeline)
     now = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
     if spark is None:
-
         spark = build_session(f"weir-dq-{pipeline}",
                               conf={"spark.sql.shuffle.partitions": str(entry.shuffle_partitions)})
     tables = PipelineTables.of(home, entry)
