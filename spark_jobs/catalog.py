@@ -186,6 +186,9 @@ class Pipeline:
     # How often Airflow looks for new commits of the pipeline's tables: each table's asset gets at
     # most one event per interval, however many micro-batches committed meanwhile.
     asset_event_interval_s: float = DEFAULT_ASSET_EVENT_INTERVAL_S
+    # The freshness deadline: gold not advancing for this long while the stream runs fires one
+    # alert (event log `freshness`, the alert sink) per gold version (spark_jobs.control.freshness).
+    gold_freshness_alert_s: float = 1800.0
     description: str = ""
     owner: str = "data-platform"
     row_rules: tuple[RowRule, ...] = ()

@@ -1,15 +1,14 @@
 """The alert callback of Weir's DAGs: a failed task (a spent restart budget, a failed DQ check,
-a failed back-fill) is logged at ERROR, written to the event log as an `alert`, and appended to
-`WEIR_HOME/logs/alerts.jsonl`, where a pager integration (or `tail -f`) picks it up."""
+a failed back-fill) is logged at ERROR, written to the event log as an `alert`, and sent to the
+alert sink (`spark_jobs.control.alerts`: `WEIR_HOME/logs/alerts.jsonl`)."""
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 from typing import Any
 
-from spark_jobs.control import eventlog
+from spark_jobs.control import alerts, eventlog
 from spark_jobs.home import WeirHome
 
 log = logging.getLogger(__name__)
@@ -41,12 +40,9 @@ def alert_on_failure(context: Any) -> None:
     alert = {"at": dt.datetime.now(dt.UTC).isoformat(), "pipeline": pipeline, "dag_id": dag_id,
              "task_id": task_id, "run_id": getattr(context.get("dag_run"), "run_id", None),
              "error": str(error) if error else None}
-    log.error("ALERT %s.%s failed for pipeline %s: %s", dag_id, task_id, pipeline, alert["error"])
     home = WeirHome.from_env()
     try:
-        home.logs.mkdir(parents=True, exist_ok=True)
-        with open(home.logs / "alerts.jsonl", "a", encoding="utf-8") as out:
-            out.write(json.dumps(alert) + "\n")
+        alerts.send(home, alert)
         eventlog.record(pipeline, "alert", "sent", actor="airflow", reason=alert["error"],
                         details=alert, home=home)
     except Exception:  # an alert must never mask the failure it reports

@@ -19,8 +19,10 @@ def playback(files_per_trigger: int | None = 1, trigger: str = "1 second",
 
 
 def write_catalog(folder: Path, files_per_trigger: int | None = 1, trigger: str = "1 second",
-                  max_bytes_per_trigger: int = 64 << 20) -> Path:
-    """A catalog folder with `playback` in small batches; point WEIR_CONF at the returned path."""
+                  max_bytes_per_trigger: int = 64 << 20, **fields: float | str) -> Path:
+    """A catalog folder with `playback` in small batches (and any other `fields` of the entry
+    replaced); point WEIR_CONF at the returned path."""
+    replaced = "".join(f", {name}={value!r}" for name, value in fields.items())
     pipelines = folder / "pipelines"
     pipelines.mkdir(parents=True, exist_ok=True)
     real = REPO_ROOT / "conf" / "pipelines" / "playback.py"
@@ -32,6 +34,6 @@ _real = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_real)
 PIPELINE = dataclasses.replace(_real.PIPELINE, trigger_interval={trigger!r}, shuffle_partitions=2,
                                source=FileSource(max_files_per_trigger={files_per_trigger},
-                                                 max_bytes_per_trigger={max_bytes_per_trigger}))
+                                                 max_bytes_per_trigger={max_bytes_per_trigger}){replaced})
 ''')
     return folder
