@@ -18,7 +18,10 @@
 #                    dag-processor, triggerer and two celery workers as separate processes;
 #                    Weir's control state (leases, heartbeats, stop requests, supervisor state)
 #                    lives in PostgreSQL (WEIR_CONTROL_STORE). The generator feeds `playback` as
-#                    in the files profile. Ctrl-C also stops PostgreSQL and Redis.
+#                    in the files profile; unless AIRFLOW_CONN_SPARK_DEFAULT is given, a local
+#                    YARN (infra/yarn) is started and every driver runs in YARN cluster deploy
+#                    mode, tracked by its application id. Ctrl-C also stops YARN, PostgreSQL
+#                    and Redis.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$REPO"
@@ -51,8 +54,11 @@ export AIRFLOW__API__BASE_URL="http://localhost:$PORT"
 export PATH="$VENV_BIN:$PATH"
 export PYSPARK_PYTHON="$VENV_BIN/python" PYSPARK_DRIVER_PYTHON="$VENV_BIN/python"
 export PYTHONPATH="$REPO/plugins:$REPO${PYTHONPATH:+:$PYTHONPATH}"
-# The Spark master of every Weir job: the embedded default unless a connection is already given.
+# The Spark master of every Weir job: the embedded default (the cluster profile: the local YARN,
+# drivers in cluster deploy mode) unless a connection is already given.
+given_spark_conn="${AIRFLOW_CONN_SPARK_DEFAULT:-}"
 export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-{\"conn_type\": \"spark\", \"host\": \"local[*]\"}}"
+YARN="$REPO/infra/yarn/yarn.sh"
 
 pids=()
 feeder="generator"
@@ -70,6 +76,10 @@ cleanup() {
     [ "$alive" = 0 ] && break; sleep 1
   done
   for pid in "${pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || true; done
+  if [ "$stop_yarn" = 1 ]; then
+    echo "weir up: stopping YARN..."
+    "$YARN" stop || true
+  fi
   if [ "$stop_services" = 1 ]; then
     echo "weir up: stopping PostgreSQL and Redis..."
     "$SERVICES" stop || true
@@ -91,6 +101,14 @@ if [ "$PROFILE" = cluster ]; then
   "$SERVICES" status >/dev/null 2>&1 || stop_services=1
   echo "weir up: starting PostgreSQL and Redis (data in $WEIR_HOME/postgres and $WEIR_HOME/redis)..."
   "$SERVICES" start
+  if [ -z "$given_spark_conn" ]; then
+    "$YARN" status >/dev/null 2>&1 || stop_yarn=1
+    echo "weir up: starting YARN (ResourceManager + NodeManager; drivers run in cluster deploy mode)..."
+    yarn_state="$("$YARN" start --json | tail -1)"
+    HADOOP_CONF_DIR="$(echo "$yarn_state" | "$VENV_BIN/python" -c 'import json,sys; print(json.load(sys.stdin)["conf_dir"])')"
+    AIRFLOW_CONN_SPARK_DEFAULT="$(echo "$yarn_state" | "$VENV_BIN/python" -c 'import json,sys; print(json.load(sys.stdin)["airflow_conn_spark_default"])')"
+    export HADOOP_CONF_DIR YARN_CONF_DIR="$HADOOP_CONF_DIR" AIRFLOW_CONN_SPARK_DEFAULT
+  fi
   "$VENV_BIN/airflow" db migrate >"$WEIR_HOME/logs/airflow-db-migrate.log" 2>&1 \
     || { echo "airflow db migrate failed; see $WEIR_HOME/logs/airflow-db-migrate.log"; exit 1; }
   # The API server first: pids[0] is what the health wait below watches.
@@ -175,7 +193,8 @@ KAFKA_LINE=""
 if [ "$PROFILE" = cluster ]; then
   KAFKA_LINE="
   servers:     $("$SERVICES" status | paste -sd ';' | sed 's/;/; /g')
-  executor:    CeleryExecutor, workers weir-worker-1 and weir-worker-2; control store $WEIR_CONTROL_STORE"
+  executor:    CeleryExecutor, workers weir-worker-1 and weir-worker-2; control store $WEIR_CONTROL_STORE
+  spark:       $(echo "$AIRFLOW_CONN_SPARK_DEFAULT" | sed 's/"//g')"
 fi
 if [ "$PROFILE" = kafka ]; then
   KAFKA_LINE="
@@ -186,7 +205,7 @@ cat <<MSG
   Airflow UI:  http://localhost:$PORT
   login:       ${LOGIN%% *} / ${LOGIN#* }
   status:      .venv/bin/weir status ${PIPELINE}${KAFKA_LINE}
-  Ctrl-C stops Airflow, the $feeder and the stream$([ "$stop_broker" = 1 ] && echo ", then the broker")$([ "$stop_services" = 1 ] && echo ", then PostgreSQL and Redis").
+  Ctrl-C stops Airflow, the $feeder and the stream$([ "$stop_broker" = 1 ] && echo ", then the broker")$([ "$stop_yarn" = 1 ] && echo ", then YARN")$([ "$stop_services" = 1 ] && echo ", then PostgreSQL and Redis").
 
 MSG
 wait "${pids[0]}"
