@@ -29,6 +29,7 @@ from spark_jobs.control.status import pipeline_status
 from spark_jobs.generator import Written, generate
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables
+from spark_jobs.topology import queries_of
 from tests.airflow.airflow_services import AirflowServices, driver_processes
 from tests.helpers import assert_exactly_once, table
 from tests.support.inline import tear_down
@@ -155,7 +156,7 @@ def test_scheduler_and_triggerer_killed_and_restarted_adopt_the_live_driver(
 
         def running() -> dict | None:
             status = pipeline_status(home, P)
-            ok = status["state"] == "RUNNING" and len(status["queries"]) == 2 and \
+            ok = status["state"] == "RUNNING" and len(status["queries"]) == len(queries_of(pipeline)) and \
                 all(q["last_batch_id"] is not None for q in status["queries"])
             return status if ok else None
 
