@@ -29,6 +29,7 @@ from spark_jobs.layers import PipelineTables
 from tests.airflow.supervision_harness import LOCAL_MASTER
 from tests.helpers import assert_exactly_once, table
 from tests.integration.pipelines import playback
+from tests.support.approvals import respond, run_answered
 
 pytestmark = [pytest.mark.slow, pytest.mark.airflow, pytest.mark.timeout(900)]
 P = "playback"
@@ -150,10 +151,11 @@ def test_checkpoint_dags_inspect_validate_and_back_up(fed: Fed) -> None:
     assert ("ok", "dag_test", "before a deploy") in logged, logged
     assert ("ok", "airflow", "periodic backup") in logged, logged
 
-    # The on-call restart from a backup (confirmed through its Param): the checkpoint is restored,
-    # the reason logged, and a new P_stream run requested.
-    restarted = run_dag(f"{P}_restart", run_conf={"reason": "INC-7: bad offsets", "mode": "restore_backup",
-                                                  "backup_id": backup_id, "confirm": True})
+    # The on-call restart from a backup, once approved: the checkpoint is restored, the reason
+    # logged, and a new P_stream run requested.
+    restarted, _ = run_answered(
+        f"{P}_restart", lambda dag, seen: respond(dag, "Approve", "restore INC-7", "oncall", seen),
+        reason="INC-7: bad offsets", mode="restore_backup", backup_id=backup_id)
     assert restarted.state == "success", task_states(restarted)
     assert returned(restarted, "restart")["checkpoint"]["plan"], returned(restarted, "restart")
     restores = [(e["outcome"], e["reason"]) for e in events(fed.home, "checkpoint restore")]
