@@ -64,6 +64,7 @@ pids=()
 feeder="generator"
 stop_broker=0
 stop_services=0
+stop_yarn=0
 cleanup() {
   trap - INT TERM EXIT
   echo
