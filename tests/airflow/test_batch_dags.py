@@ -204,7 +204,8 @@ def test_dq_dag_stores_its_results_and_fails_with_an_alert_when_silver_lost_rows
     assert (report["date_from"], report["date_to"]) == ("2026-11-19", "2026-11-20"), report
     rows = dq_rows(fed.home, report["run_id"])
     assert rows and all(r["run_success"] for r in rows)
-    assert {r["table"] for r in rows} == {"silver.playback_events", "gold.playback_qoe_1m"}
+    assert {r["table"] for r in rows} == {"silver.playback_events", "gold.playback_qoe_1m",
+                                          "gold.playback_sessions"}
     [row_count] = [r for r in rows if r["expectation_type"] == "expect_table_row_count_to_equal"]
     assert row_count["success"] and json.loads(row_count["observed_value"]) == len(fed.event_ids)
 
