@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs import catalog, queries, transforms
 from spark_jobs.backfill import rebuild_gold
+from spark_jobs.checkpoints.layout import clear_interrupted_writes
 from spark_jobs.control import lease as leases
 from spark_jobs.control import progress
 from spark_jobs.control.heartbeat import DriverMonitor
@@ -259,6 +260,9 @@ def run(pipeline: Pipeline, *, once: bool = False, home: WeirHome | None = None,
 def _run_queries(spark: SparkSession, pipeline: Pipeline, home: WeirHome, *, once: bool,
                  stop: threading.Event, monitor: DriverMonitor) -> None:
     tables = ensure_tables(spark, home, pipeline)
+    for query in queries_of(pipeline):
+        for leftover in clear_interrupted_writes(checkpoint_location(home, pipeline, query)):
+            log.warning("%s: removed %s, left half-written by a crash", pipeline.name, leftover)
     # a fresh gold query does not re-stream silver
     rebuild_gold(spark, pipeline, home, tables, fencing(pipeline.name))
     if once:

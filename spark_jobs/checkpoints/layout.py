@@ -29,6 +29,23 @@ def is_temporary(name: str) -> bool:
     return any(marker in name for marker in TEMP_MARKERS)
 
 
+def clear_interrupted_writes(query: Path) -> list[Path]:
+    """Delete the half-written files a crash left in `query`'s offsets and commits logs and
+    return them. Harmless to Spark's recovery, which ignores them, except on the very first
+    batch: Spark 4.2 refuses to start a stateful query whose offsets folder is not empty before
+    batch 0 (SPARK-53103), so a driver killed while planning its first batch could never restart.
+    Only the lease holder may call this (no other writer can be mid-write)."""
+    removed = []
+    for log in ("offsets", "commits"):
+        folder = query / log
+        if folder.is_dir():
+            for entry in folder.iterdir():
+                if entry.is_file() and is_temporary(entry.name):
+                    entry.unlink()
+                    removed.append(entry)
+    return removed
+
+
 class LogFileError(ValueError):
     """An offsets/commits/sources file that is empty or cannot be parsed."""
 

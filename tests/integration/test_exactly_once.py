@@ -109,3 +109,18 @@ def test_sigterm_stops_at_a_batch_boundary(spark, home, tmp_path):
         "a graceful stop leaves no planned-but-uncommitted batch"
     stream.run(pipeline, once=True, home=home, spark=spark)
     assert_all_layers_exactly_once(spark, home, pipeline, written)
+
+
+def test_a_crash_while_planning_the_first_gold_batch_does_not_block_the_restart(spark, home):
+    """A driver killed while Spark wrote gold's first offsets file leaves `.0.<uuid>.tmp` there
+    (seen when YARN killed a driver); Spark 4.2 then refuses to start the stateful query on a
+    non-empty offsets folder before batch 0, on every restart. The restarted driver clears it."""
+    pipeline = playback(files_per_trigger=None)
+    written = generate(home.landing("playback"), files=2, sessions_per_file=4, seed=17)
+    half_written = topology.checkpoint_location(home, pipeline, "gold") / "offsets" / \
+        ".0.c765be90-7bb9-4fa0-ac59-0be5d20b7bc8.tmp"
+    half_written.parent.mkdir(parents=True)
+    half_written.touch()
+    stream.run(pipeline, once=True, home=home, spark=spark)
+    assert not half_written.exists()
+    assert_all_layers_exactly_once(spark, home, pipeline, written)
