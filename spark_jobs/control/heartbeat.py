@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.control import progress as progress_table
@@ -27,7 +26,7 @@ from spark_jobs.control.lease import (
     now_utc,
     parse_iso,
 )
-from spark_jobs.control.store import HEARTBEAT, STOP_REQUEST, FileStore, control_store
+from spark_jobs.control.store import HEARTBEAT, STOP_REQUEST, control_store
 from spark_jobs.home import WeirHome
 
 if TYPE_CHECKING:
@@ -36,11 +35,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 HEARTBEAT_EVERY_S = 1.0
-
-
-def stop_request_path(home: WeirHome, pipeline: str) -> Path:
-    """Where the file store keeps the stop request (the embedded default)."""
-    return FileStore(home).path(pipeline, STOP_REQUEST)
 
 
 def read_heartbeat(home: WeirHome, pipeline: str) -> dict[str, Any] | None:

@@ -109,10 +109,6 @@ def heartbeat_path(home: WeirHome, pipeline: str) -> Path:
     return FileStore(home).path(pipeline, HEARTBEAT)
 
 
-def fencing_path(home: WeirHome, pipeline: str) -> Path:
-    return FileStore(home).fencing_path(pipeline)
-
-
 def _record(data: dict[str, Any] | None) -> LeaseRecord | None:
     return LeaseRecord.from_json(data) if data else None
 
