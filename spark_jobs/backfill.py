@@ -218,7 +218,8 @@ def rebuild_gold(spark: SparkSession, pipeline: Pipeline, home: WeirHome,
     version = latest_version(spark, tables.silver)
     silver = spark.read.format("delta").option("versionAsOf", version).load(str(tables.silver))
     windows = transforms.aggregate(silver, pipeline)
-    marker = json.dumps({queries.GOLD_REBUILT_FROM: version})
+    through = silver.agg(F.unix_millis(F.max(F.col(pipeline.event_time).cast("timestamp")))).first()[0]
+    marker = json.dumps({queries.GOLD_REBUILT_FROM: version, queries.GOLD_REBUILT_THROUGH: through})
 
     def overwrite() -> None:
         writer = windows.write.format("delta").mode("overwrite").option("userMetadata", marker)

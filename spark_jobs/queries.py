@@ -28,8 +28,21 @@ def ingest(spark: SparkSession, pipeline: Pipeline, home: WeirHome) -> DataFrame
     return read_stream(spark, pipeline, home)
 
 
-# Key of the `userMetadata` JSON of the gold commit that rebuilt gold from silver in batch.
+# Keys of the `userMetadata` JSON of the gold commit that rebuilt gold from silver in batch: the
+# silver version it was rebuilt from, and the latest event time silver held then (epoch ms).
 GOLD_REBUILT_FROM = "gold_rebuilt_from_silver_version"
+GOLD_REBUILT_THROUGH = "gold_rebuilt_through_event_ms"
+REBUILD_HISTORY = 1000   # gold commits searched for the rebuild's marker
+
+
+def gold_rebuild(spark: SparkSession, tables: PipelineTables) -> dict | None:
+    """The marker of the latest batch rebuild of gold (`backfill.rebuild_gold`), or None."""
+    if not DeltaTable.isDeltaTable(spark, str(tables.gold)):
+        return None
+    marked = (DeltaTable.forPath(spark, str(tables.gold)).history(REBUILD_HISTORY)
+              .where(F.col("userMetadata").contains(GOLD_REBUILT_FROM))
+              .orderBy(F.col("version").desc()).select("userMetadata").first())
+    return None if marked is None else json.loads(marked[0])
 
 
 def gold_starting_version(spark: SparkSession, pipeline: Pipeline, home: WeirHome,
@@ -40,16 +53,22 @@ def gold_starting_version(spark: SparkSession, pipeline: Pipeline, home: WeirHom
     silver's latest this is `latest` (= V+1, resolved when the query starts). None once the query
     has a checkpoint (Spark ignores starting options then) or when gold was never rebuilt."""
 
-    if has_started(home, pipeline, "gold") or not DeltaTable.isDeltaTable(spark, str(tables.gold)):
+    if has_started(home, pipeline, "gold"):
         return None
-    marked = (DeltaTable.forPath(spark, str(tables.gold)).history(50)
-              .where(F.col("userMetadata").contains(GOLD_REBUILT_FROM))
-              .orderBy(F.col("version").desc()).select("userMetadata").first())
-    if marked is None:
+    marker = gold_rebuild(spark, tables)
+    if marker is None:
         return None
-    rebuilt_from = int(json.loads(marked[0])[GOLD_REBUILT_FROM])
+    rebuilt_from = int(marker[GOLD_REBUILT_FROM])
     latest = int(DeltaTable.forPath(spark, str(tables.silver)).history(1).first()["version"])
     return str(rebuilt_from + 1) if latest > rebuilt_from else "latest"
+
+
+def gold_rebuilt_through(spark: SparkSession, tables: PipelineTables) -> int | None:
+    """The latest event time (epoch ms) of the silver gold was last rebuilt from, or None. The
+    gold query's state starts empty after a rebuild: a window starting at or before this time may
+    hold rebuilt events the query never saw (`stream.GoldBatch` recomputes those from silver)."""
+    marker = gold_rebuild(spark, tables)
+    return None if marker is None else marker.get(GOLD_REBUILT_THROUGH)
 
 
 def gold(spark: SparkSession, pipeline: Pipeline, tables: PipelineTables,

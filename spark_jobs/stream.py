@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import logging
+import operator
 import signal
 import threading
 import time
@@ -150,21 +152,49 @@ def run_concurrently(actions: dict[str, Callable[[], T]], *, what: str) -> dict[
 
 
 class GoldBatch:
-    """foreachBatch of the gold query: the updated windows replace their rows in gold."""
+    """foreachBatch of the gold query: the updated windows replace their rows in gold.
 
-    def __init__(self, pipeline: Pipeline, tables: PipelineTables) -> None:
+    After gold was rebuilt in batch (a fresh gold checkpoint over an existing silver), the query's
+    state starts empty: a window that started by the latest event time the rebuild saw may hold
+    events the query never saw, and its streamed counts would write over the rebuilt ones. Such
+    windows are recomputed from silver instead (once the watermark has passed that time, the query
+    emits none of them any more)."""
+
+    def __init__(self, pipeline: Pipeline, tables: PipelineTables,
+                 rebuilt_through_ms: int | None = None) -> None:
         self.pipeline = pipeline
         self.tables = tables
+        self.rebuilt_through_ms = rebuilt_through_ms
 
     def __call__(self, windows: DataFrame, batch_id: int) -> None:
         fence(self.pipeline.name)
         windows = windows.localCheckpoint()   # a stable MERGE source, see IngestBatch
+        if self.rebuilt_through_ms is not None:
+            windows = self.with_rebuilt_windows_recomputed(windows)
         dates = [row[0] for row in windows.select("event_date").distinct().collect()]
         if dates:
             upsert(windows, self.tables.gold, transforms.gold_key(self.pipeline),
                    prune=in_list("event_date", dates), fencing=fencing(self.pipeline.name))
         fence(self.pipeline.name)   # a skipped (fenced) write is loud, see IngestBatch
         log.info("%s gold batch %d: %d date(s) updated", self.pipeline.name, batch_id, len(dates))
+
+    def with_rebuilt_windows_recomputed(self, windows: DataFrame) -> DataFrame:
+        through = F.timestamp_millis(F.lit(self.rebuilt_through_ms))
+        rebuilt = windows.where(F.col("window_start") <= through)
+        bounds = rebuilt.agg(F.unix_millis(F.min("window_start")),
+                             F.unix_millis(F.max("window_end"))).first()
+        if bounds[0] is None:
+            return windows
+        first, last = (F.timestamp_millis(F.lit(ms)) for ms in bounds)
+        event_time = F.col(self.pipeline.event_time)
+        silver = (windows.sparkSession.read.format("delta").load(str(self.tables.silver))
+                  .where(F.col("event_date").between(F.to_date(first), F.to_date(last)))
+                  .where((event_time >= first) & (event_time < last)))
+        exact = transforms.aggregate(silver, self.pipeline).alias("exact")
+        keys = rebuilt.select(*transforms.gold_key(self.pipeline)).alias("batch")
+        same = [F.col(f"exact.{c}").eqNullSafe(F.col(f"batch.{c}")) for c in transforms.gold_key(self.pipeline)]
+        exact = exact.join(keys, functools.reduce(operator.and_, same), "left_semi")
+        return windows.where(F.col("window_start") > through).unionByName(exact).localCheckpoint()
 
 
 class SessionsBatch:
@@ -198,7 +228,8 @@ def start_query(spark: SparkSession, pipeline: Pipeline, home: WeirHome, tables:
     elif query == "sessions":
         sink = frame.writeStream.outputMode("update").foreachBatch(SessionsBatch(pipeline, tables))
     else:
-        sink = frame.writeStream.outputMode("update").foreachBatch(GoldBatch(pipeline, tables))
+        sink = frame.writeStream.outputMode("update").foreachBatch(
+            GoldBatch(pipeline, tables, queries.gold_rebuilt_through(spark, tables)))
     sink = sink.trigger(availableNow=True) if once else sink.trigger(
         processingTime=pipeline.trigger_interval)
     # The query's thread inherits the JVM thread's active session; under PySpark's pinned threads

@@ -53,9 +53,13 @@ def test_fresh_gold_query_over_a_silver_of_many_files_equals_its_aggregates(spar
     silver_version = DeltaTable.forPath(spark, str(tables.silver)).history(1).first()["version"]
     assert json.loads(last["userMetadata"] or "{}").get(GOLD_REBUILT_FROM) == silver_version, last
 
-    # and the gold query goes on from there: a later file's windows are added, nothing doubled
+    # and the gold query goes on from there: a later file's windows are added, nothing doubled;
+    # events that fall in windows the rebuild already holds are added to them, not written over
+    # them (the query's state starts empty: it never saw the events gold was rebuilt from)
     generate(home.landing("playback"), files=1, sessions_per_file=3, seed=83,
              start=dt.datetime(2026, 11, 19, 22, 0, tzinfo=dt.UTC))
+    generate(home.landing("playback"), files=1, sessions_per_file=6, seed=84,
+             start=dt.datetime(2026, 11, 19, 20, 0, tzinfo=dt.UTC))
     stream.run(pipeline, once=True, home=home, spark=spark)
     silver = table(spark, tables.silver)
     assert not (d := differs(table(spark, tables.gold), transforms.aggregate(silver, pipeline))), f"gold: {d}"
