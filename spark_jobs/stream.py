@@ -190,9 +190,10 @@ class GoldBatch:
         silver = (windows.sparkSession.read.format("delta").load(str(self.tables.silver))
                   .where(F.col("event_date").between(F.to_date(first), F.to_date(last)))
                   .where((event_time >= first) & (event_time < last)))
+        key = transforms.gold_key(self.pipeline)
         exact = transforms.aggregate(silver, self.pipeline).alias("exact")
-        keys = rebuilt.select(*transforms.gold_key(self.pipeline)).alias("batch")
-        same = [F.col(f"exact.{c}").eqNullSafe(F.col(f"batch.{c}")) for c in transforms.gold_key(self.pipeline)]
+        keys = rebuilt.select(*key).alias("batch")
+        same = [F.col(f"exact.{c}").eqNullSafe(F.col(f"batch.{c}")) for c in key]
         exact = exact.join(keys, functools.reduce(operator.and_, same), "left_semi")
         return windows.where(F.col("window_start") > through).unionByName(exact).localCheckpoint()
 
