@@ -292,11 +292,14 @@ def run(pipeline: Pipeline, *, once: bool = False, home: WeirHome | None = None,
 def _run_queries(spark: SparkSession, pipeline: Pipeline, home: WeirHome, *, once: bool,
                  stop: threading.Event, monitor: DriverMonitor) -> None:
     tables = ensure_tables(spark, home, pipeline)
+    held = fencing(pipeline.name)
+    if held is not None:
+        held.claim(spark, tables.named().values())
     for query in queries_of(pipeline):
         for leftover in clear_interrupted_writes(checkpoint_location(home, pipeline, query)):
             log.warning("%s: removed %s, left half-written by a crash", pipeline.name, leftover)
     # a fresh gold query does not re-stream silver
-    rebuild_gold(spark, pipeline, home, tables, fencing(pipeline.name))
+    rebuild_gold(spark, pipeline, home, tables, held)
     if once:
         for name in queries_of(pipeline):
             query = start_query(spark, pipeline, home, tables, name, once=True)

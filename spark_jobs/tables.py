@@ -77,6 +77,16 @@ class Fencing:
             spark.conf.unset("spark.databricks.delta.write.txnVersion")
         self.landed(path, version)
 
+    def claim(self, spark: SparkSession, paths: Iterable[Path]) -> None:
+        """An empty commit carrying the token to each existing table, made by a new holder right
+        after it takes the lease and before it reads anything: an older holder's commit still in
+        flight then either landed before (and everything this holder reads includes it) or
+        conflicts and fails, instead of landing later between this holder's own commits."""
+        for path in paths:
+            if (path / "_delta_log").is_dir():
+                empty = spark.read.format("delta").load(str(path)).limit(0)
+                self.save(empty.write.format("delta").mode("append"), path)
+
     def landed(self, path: Path, version: int) -> None:
         """Raise `FencedWriteError` unless the table's last commit under the token is `version`:
         Delta skips a write whose version is not above the table's without a word, and a skip

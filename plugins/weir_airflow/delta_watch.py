@@ -81,9 +81,22 @@ class DeltaLog:
         history = self._table.history(max(1, min(new_commits, MAX_COMMITS_INSPECTED)))
         newest = history[0] if history else {}
         data_changed = (since is None or recreated or new_commits > MAX_COMMITS_INSPECTED
-                        or any(h.get("operation") not in NO_DATA_OPERATIONS for h in history))
+                        or not all(_changes_no_data(h) for h in history))
         return Commit(version=version, time=_commit_time(newest.get("timestamp")),
                       operation=newest.get("operation"), data_changed=data_changed)
+
+
+def _changes_no_data(commit: dict[str, Any]) -> bool:
+    """Compaction, vacuum, properties, and an append of no rows (a driver's claim of its lease
+    leaves one in each table when it starts, `spark_jobs.tables.Fencing.claim`)."""
+    if commit.get("operation") in NO_DATA_OPERATIONS:
+        return True
+    mode = (commit.get("operationParameters") or {}).get("mode")
+    if commit.get("operation") != "WRITE" or mode != "Append":
+        return False
+    metrics = commit.get("operationMetrics") or {}
+    added = metrics.get("numOutputRows", metrics.get("num_added_rows"))   # Spark's name, delta-rs's
+    return added is not None and str(added) == "0"
 
 
 def _commit_time(millis: Any) -> str | None:

@@ -96,14 +96,12 @@ def test_a_paused_driver_is_fenced_after_a_takeover(spark, home: WeirHome, tmp_p
     assert bronze.count() == bronze.select("source", "position").distinct().count() == written.lines
 
 
-def test_a_commit_in_flight_when_a_newer_holder_commits_cannot_land(spark, tmp_path: Path) -> None:
-    """The window a lease check cannot close: a driver checks its lease, is paused, and commits
-    after a newer holder took over and committed. Its MERGE is held open (its source blocks)
-    while the newer holder appends; once released, it must not land, nor any later write of it,
-    and each of them fails loudly (Delta skips a stale write without a word)."""
+def hold_a_merge_open(spark, tmp_path: Path, pool: ThreadPoolExecutor, fencing) -> tuple:
+    """An empty table and an old holder's MERGE into it held open (its source blocks until
+    `release` exists): (table path, the MERGE's future, release)."""
     from pyspark.sql import functions as F
 
-    from spark_jobs.tables import FencedWriteError, Fencing, append_new, ensure_table, insert_new
+    from spark_jobs.tables import ensure_table, insert_new
 
     path = tmp_path / "silver"
     ensure_table(spark, path, StructType([StructField("k", StringType())]), [])
@@ -117,23 +115,54 @@ def test_a_commit_in_flight_when_a_newer_holder_commits_cannot_land(spark, tmp_p
             time.sleep(0.05)
         return k
 
+    in_flight = pool.submit(insert_new, rows(spark, "old-1").select(paused("k").alias("k")), path,
+                            ["k"], fencing=fencing)
+    wait_for("the old holder's MERGE to be open", opened.exists, 120, poll_s=0.05)
+    return path, in_flight, release
+
+
+def rows(spark, *keys: str):
+    return spark.createDataFrame([(k,) for k in keys], "k string")
+
+
+def test_a_commit_in_flight_when_a_newer_holder_commits_cannot_land(spark, tmp_path: Path) -> None:
+    """The window a lease check cannot close: a driver checks its lease, is paused, and commits
+    after a newer holder took over and committed. Its MERGE is held open (its source blocks)
+    while the newer holder appends; once released, it must not land, nor any later write of it,
+    and each of them fails loudly (Delta skips a stale write without a word)."""
+    from spark_jobs.tables import FencedWriteError, Fencing, append_new, insert_new
+
     old, new = Fencing("p", 1), Fencing("p", 2)
-    rows = lambda *keys: spark.createDataFrame([(k,) for k in keys], "k string")  # noqa: E731
     with ThreadPoolExecutor(1) as pool:
-        in_flight = pool.submit(insert_new, rows("old-1").select(paused("k").alias("k")), path, ["k"],
-                                fencing=old)
-        wait_for("the old holder's MERGE to be open", opened.exists, 120, poll_s=0.05)
-        append_new(rows("new-1"), path, ["k"], fencing=new)
+        path, in_flight, release = hold_a_merge_open(spark, tmp_path, pool, old)
+        append_new(rows(spark, "new-1"), path, ["k"], fencing=new)
         release.touch()
         with pytest.raises(FencedWriteError, match="did not land"):
             in_flight.result(300)
     with pytest.raises(FencedWriteError):
-        append_new(rows("old-2"), path, ["k"], fencing=old)
+        append_new(rows(spark, "old-2"), path, ["k"], fencing=old)
     with pytest.raises(FencedWriteError):
-        insert_new(rows("old-3"), path, ["k"], fencing=old)
+        insert_new(rows(spark, "old-3"), path, ["k"], fencing=old)
     assert sorted(r.k for r in table(spark, path).collect()) == ["new-1"]
     # the newer holder goes on writing; an unfenced writer (a back-fill) is not affected
-    append_new(rows("new-2"), path, ["k"], fencing=new)
-    insert_new(rows("backfill"), path, ["k"])
+    append_new(rows(spark, "new-2"), path, ["k"], fencing=new)
+    insert_new(rows(spark, "backfill"), path, ["k"])
     assert sorted(r.k for r in table(spark, path).collect()) == ["backfill", "new-1", "new-2"]
+    assert Fencing.used_tokens("p", [path]) == 2
+
+
+def test_a_commit_in_flight_when_a_newer_holder_takes_the_lease_cannot_land(spark, tmp_path: Path) -> None:
+    """The same pause, but the newer holder has not written to the table yet: its claim at
+    takeover (an empty commit carrying its token, `Fencing.claim`) is enough to fence the old
+    MERGE, which would otherwise land between the new holder's reads and its first commit."""
+    from spark_jobs.tables import FencedWriteError, Fencing
+
+    old, new = Fencing("p", 1), Fencing("p", 2)
+    with ThreadPoolExecutor(1) as pool:
+        path, in_flight, release = hold_a_merge_open(spark, tmp_path, pool, old)
+        new.claim(spark, [path, tmp_path / "no-such-table"])
+        release.touch()
+        with pytest.raises(FencedWriteError, match="did not land"):
+            in_flight.result(300)
+    assert table(spark, path).count() == 0
     assert Fencing.used_tokens("p", [path]) == 2
