@@ -1,14 +1,18 @@
-"""Airflow in the production profile, on this machine: its metadata DB on PostgreSQL and the
+"""The whole production profile on this machine: Airflow's metadata DB on PostgreSQL and the
 CeleryExecutor (Redis broker, PostgreSQL result backend) with two workers, the settings of
-infra/airflow/cluster.env, the servers of infra/cluster/services.sh, and Weir's control state in
-PostgreSQL (WEIR_CONTROL_STORE) — no lease, heartbeat or stop file under WEIR_HOME.
+infra/airflow/cluster.env and the servers of infra/cluster/services.sh; drivers and back-fills in
+YARN cluster deploy mode (infra/yarn); Weir's control state in PostgreSQL (WEIR_CONTROL_STORE) —
+no lease, heartbeat or stop file under WEIR_HOME.
 
 - the dialect and the executor are queried (the scheduler's job row in PostgreSQL, the Celery
   result in PostgreSQL, the worker that ran the task), not assumed;
-- `playback_stream`'s supervisor task is SIGKILLed with its worker right after it launched the
-  driver: the task is retried on the other worker, which adopts the live driver (one driver and
-  one lease holder throughout); `playback_stop` then stops it and it stays stopped; every layer
-  exactly once."""
+- `playback_stream` is deployed through Airflow; its supervisor task is SIGKILLed with its worker
+  right after it submitted the driver to YARN: the task is retried on the other worker, which
+  adopts the live application (one application and one lease holder throughout);
+- YARN kills the application: the triggerer's watch sees it through the ResourceManager and the
+  supervisor restarts the driver in a new application; `playback_stop` then stops it and it stays
+  stopped; `airflow backfill create` runs the back-fill as a YARN application; every layer exactly
+  once."""
 
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ from typing import Any
 import pytest
 
 from spark_jobs import catalog
+from spark_jobs.control import eventlog
 from spark_jobs.control import lease as leases
 from spark_jobs.control.driver import read_launch
 from spark_jobs.control.status import pipeline_status
@@ -35,10 +40,9 @@ from spark_jobs.control.store import PostgresStore, control_store
 from spark_jobs.generator import Written, generate
 from spark_jobs.home import REPO_ROOT, WeirHome
 from spark_jobs.layers import PipelineTables
-from tests.airflow.airflow_services import AIRFLOW, COMPONENTS, AirflowServices, driver_processes
-from tests.cluster.conftest import ClusterServices
+from tests.airflow.airflow_services import AIRFLOW, COMPONENTS, AirflowServices
+from tests.cluster.conftest import ClusterServices, YarnCluster
 from tests.helpers import assert_exactly_once, table
-from tests.support.inline import tear_down
 from tests.support.ports import free_ports
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.airflow, pytest.mark.timeout(1200)]
@@ -53,6 +57,7 @@ class CeleryAirflow(AirflowServices):
     """`AirflowServices` on PostgreSQL + CeleryExecutor, with two `airflow celery worker`s."""
 
     cluster: ClusterServices | None = None
+    yarn: YarnCluster | None = None
     metadata_url: str = ""
     control_url: str = ""
 
@@ -78,6 +83,7 @@ class CeleryAirflow(AirflowServices):
             "AIRFLOW__CELERY__RESULT_BACKEND": self.metadata_url.replace(
                 "postgresql://", "db+postgresql+psycopg2://"),
             "WEIR_CONTROL_STORE": self.control_url,
+            **(self.yarn.env if self.yarn is not None else {}),
             # A worker killed under a running task: the scheduler notices within seconds.
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "3",
@@ -157,12 +163,12 @@ class CeleryAirflow(AirflowServices):
 
 
 @pytest.fixture(scope="module")
-def airflow(cluster_services: ClusterServices,
+def airflow(cluster_services: ClusterServices, yarn_cluster: YarnCluster,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[CeleryAirflow]:
     root = tmp_path_factory.mktemp("celery-airflow")
     home = WeirHome(root / "weir")
     home.root.mkdir()
-    services = CeleryAirflow(root / "airflow", home, cluster=cluster_services,
+    services = CeleryAirflow(root / "airflow", home, cluster=cluster_services, yarn=yarn_cluster,
                              metadata_url=cluster_services.create_database("airflow"),
                              control_url=cluster_services.create_database("weir"))
     with pytest.MonkeyPatch.context() as patch:
@@ -173,8 +179,8 @@ def airflow(cluster_services: ClusterServices,
             services.start()
             yield services
         finally:
-            tear_down(home, P)
             services.stop_all()
+            yarn_cluster.kill_all()
 
 
 def test_the_metadata_db_is_postgresql_and_the_executor_celery(airflow: CeleryAirflow) -> None:
@@ -202,8 +208,8 @@ def test_the_metadata_db_is_postgresql_and_the_executor_celery(airflow: CeleryAi
         errors="replace")
 
 
-def test_a_killed_worker_s_supervisor_task_is_retried_on_the_other_worker_and_adopts(
-        airflow: CeleryAirflow, spark) -> None:
+def test_deploy_adopt_after_a_worker_kill_restart_after_a_yarn_kill_stop_and_backfill(
+        airflow: CeleryAirflow, yarn_cluster: YarnCluster, spark) -> None:
     from spark_jobs.control.deploy_gate import admit
 
     home, pipeline = airflow.home, catalog.load(P)
@@ -213,93 +219,107 @@ def test_a_killed_worker_s_supervisor_task_is_retried_on_the_other_worker_and_ad
     landed.add(generate(home.landing(P), files=2, sessions_per_file=4, seed=61, prefix="cl",
                         start=dt.datetime(2026, 11, 20, 9, 0, tzinfo=dt.UTC)))
     admit(home, pipeline, actor="test", spark=spark)
-    airflow.ready([f"{P}_stream", f"{P}_stop"], unpause=f"^{P}_(stream|stop)$")
+    airflow.ready([f"{P}_stream", f"{P}_stop", f"{P}_backfill"], unpause=f"^{P}_(stream|stop|backfill)$")
     stream_dag = f"{P}_stream"
-    try:
-        airflow.cli("dags", "trigger", stream_dag)
+    seen_apps: set[str] = set()
+    seen_holders: set[tuple[int, int]] = set()
 
-        def supervise_ti() -> dict[str, Any] | None:
-            rows = airflow.query("SELECT CAST(id AS text) AS id, state, try_number, external_executor_id "
-                                 "FROM task_instance WHERE dag_id = ? AND task_id = 'supervise'", stream_dag)
-            return rows[0] if rows else None
+    def observe() -> None:
+        running = [a["id"] for a in yarn_cluster.running() if a["name"] == f"weir-{P}"]
+        assert len(running) <= 1, f"two drivers at once: {running}"
+        seen_apps.update(running)
+        record = leases.read(home, P)
+        if record is not None:
+            seen_holders.add((record.pid, record.fencing_token))
 
-        ti = airflow.wait_for("the supervisor task instance", supervise_ti, 120, poll_s=0.5)
-        first_worker = airflow.wait_for(
-            "a worker to receive the supervisor task",
-            lambda: airflow.worker_that_received(ti["id"], 1), STARTUP_S, poll_s=0.2)
-        # The moment the supervisor launched the driver (launch record written), its worker dies
-        # with the task, before the task can defer: the driver (its own session) lives on.
-        airflow.wait_for("the driver launched", lambda: read_launch(home, P), STARTUP_S, poll_s=0.05)
-        os.killpg(airflow.procs[first_worker].pid, signal.SIGKILL)
-        airflow.procs.pop(first_worker).wait(30)   # dead on purpose: no longer a failure sign
-        killed = supervise_ti()
-        assert killed is not None and killed["state"] == "running", (
-            f"the worker died after the task deferred: {killed}")
-        other = WORKERS[1 - WORKERS.index(first_worker)]
-
-        seen_drivers: set[int] = set()
-        seen_holders: set[tuple[int, int]] = set()
-
-        def observe() -> None:
-            drivers = driver_processes(home, P)
-            assert len(drivers["python"]) <= 1, f"two drivers at once: {drivers}"
-            seen_drivers.update(drivers["python"])
-            record = leases.read(home, P)
-            if record is not None:
-                seen_holders.add((record.pid, record.fencing_token))
-
-        def retried_and_deferred() -> dict[str, Any] | None:
-            observe()
-            now = supervise_ti()
-            return now if now and now["try_number"] >= 2 and now["state"] == "deferred" else None
-
-        retried = airflow.wait_for("the supervisor retried and deferred again", retried_and_deferred,
-                                   STARTUP_S, poll_s=1)
-        assert retried["try_number"] == 2, retried
-        # Airflow 3 gives each try its own task instance id.
-        assert airflow.worker_that_received(retried["id"], 2) == other, "the retry ran on the other worker"
-        # Celery ran it: the task instance's Celery task id has its result in PostgreSQL.
-        [celery] = airflow.wait_for("the retry's Celery result", lambda: airflow.query(
-            "SELECT status FROM celery_taskmeta WHERE task_id = ?", retried["external_executor_id"]),
-            60)
-        assert celery["status"] == "SUCCESS", celery
-
-        def running() -> dict | None:
-            observe()
-            status = pipeline_status(home, P)
-            ok = status["state"] == "RUNNING" and all(q["last_batch_id"] is not None
-                                                     for q in status["queries"])
-            return status if ok and status["queries"] else None
-
-        airflow.wait_for(f"{P} RUNNING", running, STARTUP_S)
-        holder = leases.holder(home, P)
-        assert holder is not None
-        assert seen_drivers == {holder.pid}, f"one driver throughout: {seen_drivers} vs {holder}"
-        assert seen_holders == {(holder.pid, 1)}, f"one lease holder, never re-taken: {seen_holders}"
-        log = airflow.log_path(other).read_text(errors="replace")
-        assert "adopted the live driver" in log or _task_log_mentions_adopt(airflow), airflow.logs_tail()
-
-        def in_silver() -> bool:
+    def in_silver(expected: set[str]):
+        def check() -> bool:
             observe()
             if not (tables.silver / "_delta_log").is_dir():
                 return False
-            ids = {r[0] for r in table(spark, tables.silver).select("event_id").collect()}
-            return ids >= landed.event_ids
+            return {r[0] for r in table(spark, tables.silver).select("event_id").collect()} >= expected
+        return check
 
-        airflow.wait_for("the landed files in silver", in_silver, STARTUP_S, poll_s=3)
+    airflow.cli("dags", "trigger", stream_dag)
 
-        airflow.cli("dags", "trigger", f"{P}_stop", "--conf",
-                    json.dumps({"reason": "celery test done", "graceful_timeout_s": 90}))
-        [stop_run] = airflow.wait_runs_done(f"{P}_stop", 1, 300)
-        [stream_run] = airflow.wait_runs_done(stream_dag, 1, 180)
-        assert (stop_run["state"], stream_run["state"]) == ("success", "success"), airflow.logs_tail()
-        airflow.wait_for("no driver left", lambda: driver_processes(home, P) == {"python": [], "jvm": []}, 60)
-        time.sleep(5)   # stays stopped: nothing relaunches it
-        assert driver_processes(home, P) == {"python": [], "jvm": []}
-        assert leases.holder(home, P) is None
-        assert pipeline_status(home, P)["state"] == "STOPPED"
-    finally:
-        tear_down(home, P)
+    def supervise_ti() -> dict[str, Any] | None:
+        rows = airflow.query("SELECT CAST(id AS text) AS id, state, try_number, external_executor_id "
+                             "FROM task_instance WHERE dag_id = ? AND task_id = 'supervise'", stream_dag)
+        return rows[0] if rows else None
+
+    ti = airflow.wait_for("the supervisor task instance", supervise_ti, 120, poll_s=0.5)
+    first_worker = airflow.wait_for(
+        "a worker to receive the supervisor task",
+        lambda: airflow.worker_that_received(ti["id"], 1), STARTUP_S, poll_s=0.2)
+    # The moment the supervisor submitted the driver (launch record written), its worker dies
+    # with the task, before the task can defer: the application lives on in YARN.
+    first = airflow.wait_for("the driver launched", lambda: read_launch(home, P), STARTUP_S, poll_s=0.05)
+    assert first.driver.backend == "yarn" and "--deploy-mode cluster" in " ".join(first.command), first
+    os.killpg(airflow.procs[first_worker].pid, signal.SIGKILL)
+    airflow.procs.pop(first_worker).wait(30)   # dead on purpose: no longer a failure sign
+    killed = supervise_ti()
+    assert killed is not None and killed["state"] == "running", (
+        f"the worker died after the task deferred: {killed}")
+    other = WORKERS[1 - WORKERS.index(first_worker)]
+
+    def retried_and_deferred() -> dict[str, Any] | None:
+        observe()
+        now = supervise_ti()
+        return now if now and now["try_number"] >= 2 and now["state"] == "deferred" else None
+
+    retried = airflow.wait_for("the supervisor retried and deferred again", retried_and_deferred,
+                               STARTUP_S, poll_s=1)
+    assert retried["try_number"] == 2, retried
+    # Airflow 3 gives each try its own task instance id.
+    assert airflow.worker_that_received(retried["id"], 2) == other, "the retry ran on the other worker"
+    # Celery ran it: the task instance's Celery task id has its result in PostgreSQL.
+    [celery] = airflow.wait_for("the retry's Celery result", lambda: airflow.query(
+        "SELECT status FROM celery_taskmeta WHERE task_id = ?", retried["external_executor_id"]), 60)
+    assert celery["status"] == "SUCCESS", celery
+
+    airflow.wait_for("the landed files in silver", in_silver(landed.event_ids), STARTUP_S, poll_s=3)
+    holder = leases.holder(home, P)
+    assert holder is not None
+    assert seen_apps == {first.driver.id}, f"one application throughout: {seen_apps} vs {first}"
+    assert seen_holders == {(holder.pid, 1)}, f"one lease holder, never re-taken: {seen_holders}"
+    assert read_launch(home, P) == first, "the retry adopted the application, it did not submit another"
+    log = airflow.log_path(other).read_text(errors="replace")
+    assert "adopted the live driver" in log or _task_log_mentions_adopt(airflow), airflow.logs_tail()
+
+    # YARN kills the application: seen through the ResourceManager, restarted in a new one.
+    killed_at = time.monotonic()
+    assert yarn_cluster.backend.kill(first.driver)
+    landed.add(generate(home.landing(P), files=1, sessions_per_file=4, seed=62, prefix="cm",
+                        start=dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.UTC)))
+    second = airflow.wait_for(
+        "the driver restarted in a new application",
+        lambda: (lambda r: r if r is not None and r.driver.id != first.driver.id else None)(
+            read_launch(home, P)), STARTUP_S, poll_s=1)
+    airflow.wait_for("every event in silver after the restart", in_silver(landed.event_ids), STARTUP_S,
+                     poll_s=3)
+    restart_s = time.monotonic() - killed_at
+    assert seen_apps == {first.driver.id, second.driver.id}, seen_apps
+    actions = [(e["action"], e["outcome"]) for e in eventlog.read(home, P)]
+    assert ("driver_lost", "dead") in actions and ("restart", "launched") in actions, actions
+
+    airflow.cli("dags", "trigger", f"{P}_stop", "--conf",
+                json.dumps({"reason": "cluster test done", "graceful_timeout_s": 90}))
+    [stop_run] = airflow.wait_runs_done(f"{P}_stop", 1, 300)
+    [stream_run] = airflow.wait_runs_done(stream_dag, 1, 180)
+    assert (stop_run["state"], stream_run["state"]) == ("success", "success"), airflow.logs_tail()
+    assert yarn_cluster.backend.wait_ended(second.driver, 60)
+    time.sleep(5)   # stays stopped: nothing relaunches it
+    assert [a for a in yarn_cluster.running() if a["name"] == f"weir-{P}"] == []
+    assert leases.holder(home, P) is None
+    assert pipeline_status(home, P)["state"] == "STOPPED"
+
+    # A back-fill of the landed date, scheduled by Airflow: a YARN application too.
+    airflow.cli("backfill", "create", "--dag-id", f"{P}_backfill", "--from-date", "2026-11-20",
+                "--to-date", "2026-11-20")
+    [run] = airflow.wait_runs_done(f"{P}_backfill", 1, STARTUP_S, run_type="backfill")
+    assert run["state"] == "success", airflow.logs_tail()
+    backfills = [a for a in yarn_cluster.apps() if a["name"] == f"weir-backfill-{P}"]
+    assert [(a["state"], a["finalStatus"]) for a in backfills] == [("FINISHED", "SUCCEEDED")], backfills
 
     assert_exactly_once(table(spark, tables.silver), ["event_id"], landed.event_ids, "silver")
     bronze = table(spark, tables.bronze)
@@ -308,6 +328,7 @@ def test_a_killed_worker_s_supervisor_task_is_retried_on_the_other_worker_and_ad
     files = sorted(p.name for p in control.glob("*.json")) if control.is_dir() else []
     assert not [f for f in files if f.removesuffix(".json") in (
         "lease", "fencing", "heartbeat", "stop-request", "supervisor", "stopped")], files
+    print(f"\nproduction profile: YARN kill → successor's rows in silver {restart_s:.0f}s")
 
 
 def _task_log_mentions_adopt(airflow: CeleryAirflow) -> bool:

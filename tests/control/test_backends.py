@@ -1,7 +1,7 @@
 """Driver backends without a cluster: the local process backend on real processes, the choice of
 backend from the master, the YARN backend's configuration and its answer when the
-ResourceManager is out of reach. (The YARN backend against a real YARN: tests/airflow/
-test_yarn_cluster_mode.py.)"""
+ResourceManager is out of reach. (The YARN backend against a real YARN: tests/cluster/
+test_celery_postgres.py.)"""
 
 from __future__ import annotations
 
