@@ -161,7 +161,7 @@ def _gate_installed(home: WeirHome, p: Pipeline, actor: str,
     before fitted the old checkpoint, not necessarily this one. A misfit is reported here and,
     since its admission record stays cleared, refused by the gate at the next start."""
 
-    deploy_gate.admitted_path(home, p.name).unlink(missing_ok=True)
+    deploy_gate.forget_admission(home, p.name)
     try:
         verdict = deploy_gate.admit(home, p, actor=actor, spark=spark)
     except deploy_gate.IncompatibleCodeError as err:
@@ -293,7 +293,7 @@ def _reset(home: WeirHome, p: Pipeline, *, reset_from: str | None, actor: str, r
     generations.after_install(home, p, plan)
 
     # The new generation's state is built by the next start: let the gate check that start.
-    deploy_gate.admitted_path(home, p.name).unlink(missing_ok=True)
+    deploy_gate.forget_admission(home, p.name)
     return {"plan": plan.as_dict(), "old_generation_backup": safety.id if safety else None,
             "generation": number}
 

@@ -160,7 +160,7 @@ def _refresh(spark: SparkSession, home: WeirHome, p: Pipeline, plan: RefreshPlan
         generations.after_install(home, p, reset)       # Kafka: the fresh checkpoint reads from earliest
         _empty_bronze(spark, home, p)
     # The new generation's queries are built by the next start: let the deploy gate check it.
-    deploy_gate.admitted_path(home, p.name).unlink(missing_ok=True)
+    deploy_gate.forget_admission(home, p.name)
     bronze_version = backfill.rebuild_from_bronze(spark, p, home)
     if plan.origin == "source":
         _ingest_from_source(spark, home, p)

@@ -11,15 +11,14 @@ Spark job (`weir checkpoint compat`) instead of building a session in its own pr
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs import topology
 from spark_jobs.catalog import catalog_dir
 from spark_jobs.control import eventlog
+from spark_jobs.control.store import ADMITTED_CODE, control_store
 from spark_jobs.home import REPO_ROOT, WeirHome
 from spark_jobs.session import build_session
 
@@ -48,8 +47,14 @@ def code_fingerprint() -> str:
     return digest.hexdigest()
 
 
-def admitted_path(home: WeirHome, pipeline: str) -> Path:
-    return home.control(pipeline) / "admitted_code.json"
+def admitted(home: WeirHome, pipeline: str) -> dict[str, Any] | None:
+    """The code last admitted for a start of `pipeline` (its fingerprint and the verdict)."""
+    return control_store(home).get(pipeline, ADMITTED_CODE)
+
+
+def forget_admission(home: WeirHome, pipeline: str) -> None:
+    """After the checkpoint was replaced: the next start is checked again."""
+    control_store(home).delete(pipeline, ADMITTED_CODE)
 
 
 def admit(home: WeirHome, pipeline: Pipeline, *, actor: str, fingerprint: str | None = None,
@@ -58,9 +63,7 @@ def admit(home: WeirHome, pipeline: Pipeline, *, actor: str, fingerprint: str | 
     check runs through `check` when given, else in this process on `spark` (or a new session)."""
 
     fingerprint = fingerprint or code_fingerprint()
-    path = admitted_path(home, pipeline.name)
-    admitted = json.loads(path.read_text()) if path.is_file() else {}
-    if admitted.get("fingerprint") == fingerprint:
+    if (admitted(home, pipeline.name) or {}).get("fingerprint") == fingerprint:
         return {"checked": False, "compatible": True, "verdict": "compatible (code unchanged)"}
     result: dict[str, Any] = {"checked": False, "compatible": True, "verdict": "compatible (no checkpoint)"}
     if topology.has_checkpoint(home, pipeline):
@@ -73,10 +76,8 @@ def admit(home: WeirHome, pipeline: Pipeline, *, actor: str, fingerprint: str | 
         raise IncompatibleCodeError(
             f"refusing to start changed code of {pipeline.name}: {result['verdict']} ({reasons}). "
             "See docs/runbooks/full-refresh.md, or `weir checkpoint reset` for a state reset.")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"fingerprint": fingerprint, "verdict": result["verdict"]}))
-    tmp.replace(path)
+    control_store(home).put(pipeline.name, ADMITTED_CODE,
+                            {"fingerprint": fingerprint, "verdict": result["verdict"]})
     log.info("%s: code admitted (%s)", pipeline.name, result["verdict"])
     return result
 

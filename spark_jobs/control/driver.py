@@ -3,8 +3,9 @@
 spark-submit is started as its own session and process group, with its output in
 `WEIR_HOME/logs`, through the driver backend of the master (`spark_jobs.control.backends`: the
 process itself on this host, or a YARN application in cluster deploy mode), and the launch and the
-driver's handle are recorded in `control/<P>/launch.json`, so any later task — after an Airflow
-restart too — can find, adopt, stop or kill it through the same backend. The command itself is
+driver's handle are recorded in the control store (`launch`: `control/<P>/launch.json`, or a row in
+PostgreSQL), so any later task — after an Airflow restart too, on any worker — can find, adopt,
+stop or kill it through the same backend. The command itself is
 built by the caller (the Airflow hook follows the apache-spark provider's conventions). Launch
 records and driver logs hold command lines: they are their owner's only (0600 in 0700 folders),
 and secret settings never reach the command line.
@@ -22,8 +23,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from spark_jobs.control.backends import DriverBackend, DriverHandle, LocalProcessBackend, backend_of
-from spark_jobs.control.lease import iso, now_utc, read_json, write_json_atomically
+from spark_jobs.control.lease import iso, now_utc
 from spark_jobs.control.processes import ProcessRef
+from spark_jobs.control.store import LAUNCH, control_store
 from spark_jobs.control.submit_secrets import PRIVATE_FILE, move_secret_conf, private_folder
 from spark_jobs.home import REPO_ROOT, WeirHome
 
@@ -74,12 +76,8 @@ class LaunchRecord:
         return self.driver
 
 
-def launch_path(home: WeirHome, pipeline: str) -> Path:
-    return home.control(pipeline) / "launch.json"
-
-
 def read_launch(home: WeirHome, pipeline: str) -> LaunchRecord | None:
-    data = read_json(launch_path(home, pipeline))
+    data = control_store(home).get(pipeline, LAUNCH)
     return LaunchRecord(**data) if data else None
 
 
@@ -120,8 +118,7 @@ def spawn(home: WeirHome, pipeline: str, command: list[str],
     launcher = launched.launcher
     record = LaunchRecord(pipeline, launcher.pid, launcher.host, launcher.start_ticks, iso(now_utc()),
                           str(log_path), list(command), asdict(launched.handle))
-    write_json_atomically(launch_path(home, pipeline), asdict(record))
-    launch_path(home, pipeline).chmod(PRIVATE_FILE)
+    control_store(home).put(pipeline, LAUNCH, asdict(record))
     log.info("%s driver launched detached: %s %s, log %s", pipeline, launched.handle.backend,
              launched.handle.id, log_path)
     return record

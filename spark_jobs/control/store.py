@@ -37,15 +37,20 @@ HEARTBEAT = "heartbeat"
 STOP_REQUEST = "stop-request"
 SUPERVISOR = "supervisor"
 STOPPED = "stopped"
-KINDS = (HEARTBEAT, STOP_REQUEST, SUPERVISOR, STOPPED)
+LAUNCH = "launch"                    # the driver's launch record and cluster handle
+ADMITTED_CODE = "admitted_code"      # the code the deploy gate last admitted
+KINDS = (HEARTBEAT, STOP_REQUEST, SUPERVISOR, STOPPED, LAUNCH, ADMITTED_CODE)
+PRIVATE_FILE = 0o600                 # a launch record holds a command line
 SCHEMA = "weir_control"
 
 
-def write_json_atomically(path: Path, payload: dict[str, Any]) -> None:
-    """Write to a temporary sibling, fsync, then rename over `path`: readers never see half a file."""
+def write_json_atomically(path: Path, payload: dict[str, Any], mode: int | None = None) -> None:
+    """Write to a temporary sibling, fsync, then rename over `path`: readers never see half a file
+    (nor, with `mode`, a file more open than `mode`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    with open(tmp, "w", encoding="utf-8") as out:
+    with open(tmp, "w", encoding="utf-8", opener=None if mode is None else (
+            lambda name, flags: os.open(name, flags, mode))) as out:
         json.dump(payload, out, sort_keys=True)
         out.flush()
         os.fsync(out.fileno())
@@ -143,7 +148,7 @@ class FileStore:
         return read_json(self.path(pipeline, kind))
 
     def put(self, pipeline: str, kind: str, document: dict[str, Any]) -> None:
-        write_json_atomically(self.path(pipeline, kind), document)
+        write_json_atomically(self.path(pipeline, kind), document, mode=PRIVATE_FILE)
 
     def delete(self, pipeline: str, kind: str) -> None:
         self.path(pipeline, kind).unlink(missing_ok=True)

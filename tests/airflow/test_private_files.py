@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.control.driver import kill_launch, launch_path, read_launch, spawn
+from spark_jobs.control.driver import kill_launch, read_launch, spawn
+from spark_jobs.control.store import LAUNCH, FileStore
 from spark_jobs.home import REPO_ROOT, WeirHome
 from tests.airflow.supervision_harness import LOCAL_MASTER
 
@@ -67,7 +68,7 @@ def test_airflow_password_file_and_logs_are_the_owners_only(home: WeirHome, tmp_
 def test_a_launch_record_and_its_log_are_the_owners_only(home: WeirHome) -> None:
     launched = spawn(home, "playback", [sys.executable, "-c", "print('harmless')"])
     try:
-        record = launch_path(home, "playback")
+        record = FileStore(home).path("playback", LAUNCH)
         assert (mode(record), mode(record.parent), mode(home.logs)) == (0o600, 0o700, 0o700)
         assert mode(Path(launched.log_path)) == 0o600
     finally:
@@ -134,4 +135,4 @@ def test_no_secret_on_the_launched_drivers_command_line(home: WeirHome, tmp_path
         assert value not in " ".join(read_launch(home, "playback").command)
         assert value not in text, f"{value!r} in the driver log"
     properties = home.control("playback") / "spark-secrets.properties"
-    assert mode(properties) == 0o600 and mode(launch_path(home, "playback")) == 0o600
+    assert mode(properties) == 0o600 and mode(FileStore(home).path("playback", LAUNCH)) == 0o600

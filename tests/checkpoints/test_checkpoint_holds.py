@@ -15,7 +15,7 @@ import pytest
 from spark_jobs import catalog
 from spark_jobs.checkpoints import run_action
 from spark_jobs.control import eventlog, lease
-from spark_jobs.control.deploy_gate import IncompatibleCodeError, admit, admitted_path, code_fingerprint
+from spark_jobs.control.deploy_gate import IncompatibleCodeError, admit, admitted, code_fingerprint
 from spark_jobs.errors import UserError
 from spark_jobs.home import REPO_ROOT, WeirHome
 from spark_jobs.topology import checkpoint_location
@@ -56,7 +56,7 @@ def test_restore_holds_the_pipeline_so_no_driver_starts_in_the_middle(playback):
     assert from_another_process(home, "-c", TAKE_LEASE).returncode == 0
     # The gate ran on the restored checkpoint: the current code fits and is admitted for it.
     assert restored["deploy_gate"] == {"compatible": True, "verdict": "compatible"}, restored
-    assert code_fingerprint() in admitted_path(home, "playback").read_text()
+    assert admitted(home, "playback")["fingerprint"] == code_fingerprint()
 
 
 def test_a_running_driver_still_refuses_the_holding_actions(home):
@@ -82,7 +82,7 @@ def test_a_restored_checkpoint_that_does_not_fit_the_code_is_refused_at_the_next
                           reason="test", spark=playback.spark)
     gate = restored["deploy_gate"]
     assert gate["compatible"] is False and "needs state reset" in gate["refused"], gate
-    assert not admitted_path(home, "playback").exists(), "the old admission must not let it start"
+    assert admitted(home, "playback") is None, "the old admission must not let it start"
     with pytest.raises(IncompatibleCodeError, match="shuffle partitions"):
         admit(home, p, actor="supervisor", spark=playback.spark)
     logged = [(e["action"], e["outcome"]) for e in eventlog.read(home, "playback")]

@@ -327,7 +327,8 @@ def test_deploy_adopt_after_a_worker_kill_restart_after_a_yarn_kill_stop_and_bac
     control = home.control(P)
     files = sorted(p.name for p in control.glob("*.json")) if control.is_dir() else []
     assert not [f for f in files if f.removesuffix(".json") in (
-        "lease", "fencing", "heartbeat", "stop-request", "supervisor", "stopped")], files
+        "lease", "fencing", "heartbeat", "stop-request", "supervisor", "stopped", "launch",
+        "admitted_code")], files
     print(f"\nproduction profile: YARN kill → successor's rows in silver {restart_s:.0f}s")
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from spark_jobs import stream
 from spark_jobs.control import eventlog
-from spark_jobs.control.deploy_gate import IncompatibleCodeError, admit, admitted_path, code_fingerprint
+from spark_jobs.control.deploy_gate import IncompatibleCodeError, admit, admitted, code_fingerprint
 from spark_jobs.generator import generate
 from tests.integration.pipelines import playback
 
@@ -17,7 +17,7 @@ from tests.integration.pipelines import playback
 def test_changed_code_must_fit_the_checkpoint(spark, home):
     pipeline = playback(files_per_trigger=2)
     first = admit(home, pipeline, actor="test", spark=spark)
-    assert first["verdict"] == "compatible (no checkpoint)" and admitted_path(home, "playback").is_file()
+    assert first["verdict"] == "compatible (no checkpoint)" and admitted(home, "playback") is not None
 
     generate(home.landing("playback"), files=2, sessions_per_file=4, seed=61)
     stream.run(pipeline, once=True, home=home, spark=spark)
