@@ -25,6 +25,7 @@ from tests.airflow.supervision_harness import DRIVER_CONF, LOCAL_MASTER, context
 from tests.helpers import assert_exactly_once, table
 from tests.support.inline import expect_deferred, next_event, tear_down, wait_running
 from tests.support.polling import wait_for
+from tests.support.recovery_times import RecoveryTimes
 
 pytestmark = [pytest.mark.slow, pytest.mark.airflow, pytest.mark.timeout(1500)]
 P = "playback"
@@ -48,7 +49,9 @@ def test_deploy_adopt_kill_restart_stop(home: WeirHome, spark, local_spark: None
     ctx = context("oncall-alice")
     written = generate(home.landing(P), files=2, sessions_per_file=4, seed=11, prefix="a")
     supervisor = StreamSupervisorOperator(task_id="supervise", pipeline=P, spark_conf=DRIVER_CONF)
+    times = RecoveryTimes("embedded default (local driver, files)", home, P)
     try:
+        times.deployed()
         deferred = expect_deferred(supervisor.execute, ctx)
         first_launch = read_launch(home, P)
         assert first_launch is not None
@@ -59,6 +62,7 @@ def test_deploy_adopt_kill_restart_stop(home: WeirHome, spark, local_spark: None
         assert read_launch(home, P).pid == first_launch.pid  # type: ignore[union-attr]
 
         wait_running(home, P, STARTUP_S)
+        wait_for("a first committed batch", times.first_batch, STARTUP_S, poll_s=0.2)
         driver_pid = leases.holder(home, P).pid  # type: ignore[union-attr]
         # A driver started by hand beside it refuses and exits non-zero.
         manual = subprocess.run([sys.executable, "-m", "spark_jobs.stream", P], capture_output=True,
@@ -77,14 +81,18 @@ def test_deploy_adopt_kill_restart_stop(home: WeirHome, spark, local_spark: None
 
         # kill -9 the driver: detected, cleaned up and restarted by the supervisor.
         killed_at = time.monotonic()
+        times.killed()
         os.kill(driver_pid, signal.SIGKILL)
         event = next_event(rebuilt, 30)
+        times.detected()
         detection_s = time.monotonic() - killed_at
         assert event["verdict"] == "dead" and detection_s < 10, (event, detection_s)
         more = generate(home.landing(P), files=2, sessions_per_file=4, seed=12, prefix="b")
         deferred = expect_deferred(supervisor.on_driver_event, ctx, event)
         assert read_launch(home, P).pid != first_launch.pid  # type: ignore[union-attr]
         expected = written.event_ids | more.event_ids
+        wait_for("the successor's first committed batch", times.successor_batch, STARTUP_S, poll_s=0.2)
+        print(f"\n{times.report()}")
         wait_for("every event in silver after the restart", lambda: silver_ids(spark, home) >= expected,
                  STARTUP_S, poll_s=3)
         status = pipeline_status(home, P)

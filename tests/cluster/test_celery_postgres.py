@@ -44,6 +44,7 @@ from tests.airflow.airflow_services import AIRFLOW, COMPONENTS, AirflowServices
 from tests.cluster.conftest import ClusterServices, YarnCluster
 from tests.helpers import assert_exactly_once, table
 from tests.support.ports import free_ports
+from tests.support.recovery_times import RecoveryTimes
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.airflow, pytest.mark.timeout(1200)]
 P = "playback"
@@ -240,6 +241,8 @@ def test_deploy_adopt_after_a_worker_kill_restart_after_a_yarn_kill_stop_and_bac
             return {r[0] for r in table(spark, tables.silver).select("event_id").collect()} >= expected
         return check
 
+    times = RecoveryTimes("production profile (PostgreSQL, Celery, YARN cluster mode)", home, P)
+    times.deployed()
     airflow.cli("dags", "trigger", stream_dag)
 
     def supervise_ti() -> dict[str, Any] | None:
@@ -277,6 +280,7 @@ def test_deploy_adopt_after_a_worker_kill_restart_after_a_yarn_kill_stop_and_bac
         "SELECT status FROM celery_taskmeta WHERE task_id = ?", retried["external_executor_id"]), 60)
     assert celery["status"] == "SUCCESS", celery
 
+    airflow.wait_for("a first committed batch", times.first_batch, STARTUP_S, poll_s=0.2)
     airflow.wait_for("the landed files in silver", in_silver(landed.event_ids), STARTUP_S, poll_s=3)
     holder = leases.holder(home, P)
     assert holder is not None
@@ -287,17 +291,29 @@ def test_deploy_adopt_after_a_worker_kill_restart_after_a_yarn_kill_stop_and_bac
     assert "adopted the live driver" in log or _task_log_mentions_adopt(airflow), airflow.logs_tail()
 
     # YARN kills the application: seen through the ResourceManager, restarted in a new one.
-    killed_at = time.monotonic()
+    def losses() -> int:
+        return sum(e["action"] == "driver_lost" for e in eventlog.read(home, P))
+
+    lost_before = losses()
+    times.killed()
     assert yarn_cluster.backend.kill(first.driver)
     landed.add(generate(home.landing(P), files=1, sessions_per_file=4, seed=62, prefix="cm",
                         start=dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.UTC)))
+
+    def detected() -> bool:
+        lost = losses() > lost_before
+        if lost and "detected" not in times.marks:
+            times.detected()
+        return lost
+
+    airflow.wait_for("the supervisor to see the application gone", detected, STARTUP_S, poll_s=0.5)
     second = airflow.wait_for(
         "the driver restarted in a new application",
         lambda: (lambda r: r if r is not None and r.driver.id != first.driver.id else None)(
             read_launch(home, P)), STARTUP_S, poll_s=1)
+    airflow.wait_for("the successor's first committed batch", times.successor_batch, STARTUP_S, poll_s=0.2)
     airflow.wait_for("every event in silver after the restart", in_silver(landed.event_ids), STARTUP_S,
                      poll_s=3)
-    restart_s = time.monotonic() - killed_at
     assert seen_apps == {first.driver.id, second.driver.id}, seen_apps
     actions = [(e["action"], e["outcome"]) for e in eventlog.read(home, P)]
     assert ("driver_lost", "dead") in actions and ("restart", "launched") in actions, actions
@@ -329,7 +345,7 @@ def test_deploy_adopt_after_a_worker_kill_restart_after_a_yarn_kill_stop_and_bac
     assert not [f for f in files if f.removesuffix(".json") in (
         "lease", "fencing", "heartbeat", "stop-request", "supervisor", "stopped", "launch",
         "admitted_code")], files
-    print(f"\nproduction profile: YARN kill → successor's rows in silver {restart_s:.0f}s")
+    print(f"\n{times.report()}")
 
 
 def _task_log_mentions_adopt(airflow: CeleryAirflow) -> bool:
