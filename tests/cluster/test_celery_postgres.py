@@ -46,7 +46,7 @@ from tests.helpers import assert_exactly_once, table
 from tests.support.ports import free_ports
 from tests.support.recovery_times import RecoveryTimes
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.airflow, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.airflow, pytest.mark.timeout(2400)]
 P = "playback"
 WORKERS = ("worker-1", "worker-2")
 CLUSTER_ENV = REPO_ROOT / "infra" / "airflow" / "cluster.env"
@@ -332,7 +332,8 @@ def test_deploy_adopt_after_a_worker_kill_restart_after_a_yarn_kill_stop_and_bac
     # A back-fill of the landed date, scheduled by Airflow: a YARN application too.
     airflow.cli("backfill", "create", "--dag-id", f"{P}_backfill", "--from-date", "2026-11-20",
                 "--to-date", "2026-11-20")
-    [run] = airflow.wait_runs_done(f"{P}_backfill", 1, STARTUP_S, run_type="backfill")
+    # two YARN applications in turn: the back-fill, then its data-quality check
+    [run] = airflow.wait_runs_done(f"{P}_backfill", 1, 2 * STARTUP_S, run_type="backfill")
     assert run["state"] == "success", airflow.logs_tail()
     backfills = [a for a in yarn_cluster.apps() if a["name"] == f"weir-backfill-{P}"]
     assert [(a["state"], a["finalStatus"]) for a in backfills] == [("FINISHED", "SUCCEEDED")], backfills
