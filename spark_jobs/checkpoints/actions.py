@@ -237,9 +237,10 @@ def _restore(home: WeirHome, p: Pipeline, *, backup_id: str | None, actor: str, 
 def _rewind(home: WeirHome, p: Pipeline, *, backup_id: str | None, actor: str, reason: str | None,
             dry_run: bool, spark: SparkSession | None, progress: backups.Progress | None,
             **_: Any) -> dict[str, Any]:
-    """Tables back to the backup's versions, the ingest checkpoint back to the backup's batch; the
-    downstream (gold) query starts fresh from silver's restored snapshot, because silver's history
-    after the RESTORE still holds the bad commits a Delta stream would read again."""
+    """Tables (`PipelineTables.outputs`) back to the backup's versions, the ingest checkpoint back
+    to the backup's batch; the downstream queries (gold, sessions) start fresh, their tables rebuilt
+    from silver's restored snapshot, because silver's history after the RESTORE still holds the bad
+    commits a Delta stream would read again."""
 
     if not backup_id:
         raise UserError("rewind needs --to BACKUP_ID (see `weir checkpoint backups`)")
