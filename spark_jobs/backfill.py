@@ -34,7 +34,7 @@ from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables, ensure_tables, read_dimension
 from spark_jobs.quality import rules as row_rules
 from spark_jobs.tables import Fencing, reconcile, retry_conflicts, save_fenced, sql_literal
-from spark_jobs.topology import has_started
+from spark_jobs.topology import has_started, queries_of
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -63,6 +63,7 @@ class BackfillResult:
     gold_replaced: bool
     quarantine_replaced: bool = False
     bronze_version: int | None = None
+    sessions_replaced: bool | None = None     # None: the pipeline declares no sessions
 
 
 def date_range(column: str, first: dt.date, last: dt.date) -> str:
@@ -86,7 +87,8 @@ def backfill(spark: SparkSession, pipeline: Pipeline, date_from: dt.date, date_t
         raise
     eventlog.record(pipeline.name, "backfill", "ok", home=home, details={
         **dates, "bronze_version": result.bronze_version, "silver_replaced": result.silver_replaced,
-        "quarantine_replaced": result.quarantine_replaced, "gold_replaced": result.gold_replaced})
+        "quarantine_replaced": result.quarantine_replaced, "gold_replaced": result.gold_replaced,
+        "sessions_replaced": result.sessions_replaced})
     return result
 
 
@@ -125,13 +127,13 @@ def _backfill(spark: SparkSession, pipeline: Pipeline, date_from: dt.date, date_
     finally:
         parsed.unpersist()
     gold_replaced = _reconcile_gold(spark, tables, pipeline, date_from, date_to, hold)
-    if tables.sessions is not None:
-        _reconcile_sessions(spark, tables, pipeline, date_from, date_to, hold)
+    sessions_replaced = (_reconcile_sessions(spark, tables, pipeline, date_from, date_to, hold)
+                         if tables.sessions is not None else None)
     log.info("%s back-fill %s..%s from bronze version %d: silver %s, quarantine %s, gold %s",
              pipeline.name, date_from, date_to, version, _word(silver_replaced),
              _word(quarantine_replaced), _word(gold_replaced))
     return BackfillResult(pipeline.name, date_from, date_to, silver_replaced, gold_replaced,
-                          quarantine_replaced, version)
+                          quarantine_replaced, version, sessions_replaced)
 
 
 def _first_copies(derived: DataFrame, tables: PipelineTables, pipeline: Pipeline,
@@ -205,38 +207,43 @@ def _reconcile_sessions(spark: SparkSession, tables: PipelineTables, pipeline: P
                      partition="event_date", before_write=lambda: hold("sessions"))
 
 
-def rebuild_gold(spark: SparkSession, pipeline: Pipeline, home: WeirHome,
-                 tables: PipelineTables, fencing: Fencing | None = None) -> int | None:
-    """Before a gold query starts on a fresh checkpoint (first start, reset): set gold to the
-    aggregates of silver as of its latest version V in one batch job, and mark that commit so the
-    query reads silver from V+1 (`queries.gold_starting_version`). Re-reading an existing silver
-    as a stream would take it in file order, and rows older than its first batch's watermark
-    would be dropped as late, windows upserted with partial counts. Returns V (None: nothing to
-    do, the query has a checkpoint)."""
-    if has_started(home, pipeline, "gold"):
-        return None
-    version = latest_version(spark, tables.silver)
-    silver = spark.read.format("delta").option("versionAsOf", version).load(str(tables.silver))
-    windows = transforms.aggregate(silver, pipeline)
-    through = silver.agg(F.unix_millis(F.max(F.col(pipeline.event_time).cast("timestamp")))).first()[0]
-    marker = json.dumps({queries.GOLD_REBUILT_FROM: version, queries.GOLD_REBUILT_THROUGH: through})
+def rebuild_from_silver(spark: SparkSession, pipeline: Pipeline, home: WeirHome,
+                        tables: PipelineTables, fencing: Fencing | None = None) -> dict[str, int]:
+    """Before a query that reads silver (gold, sessions) starts on a fresh checkpoint (first start,
+    reset, rewind, refresh): set its table to what silver as of its latest version V derives to, in
+    one batch job, and mark that commit so the query reads silver from V+1
+    (`queries.starting_version`). Re-reading an existing silver as a stream would take it in file
+    order, and rows older than its first batch's watermark would be dropped as late: windows and
+    sessions upserted with partial measures. Returns query → V for the tables rebuilt."""
+    rebuilt = {}
+    for query in queries.FROM_SILVER:
+        if query not in queries_of(pipeline) or has_started(home, pipeline, query):
+            continue
+        version = latest_version(spark, tables.silver)
+        silver = spark.read.format("delta").option("versionAsOf", version).load(str(tables.silver))
+        through = silver.agg(F.unix_millis(F.max(F.col(pipeline.event_time).cast("timestamp")))).first()[0]
+        rows = (transforms.aggregate(silver, pipeline) if query == "gold" else
+                sessions.batch_rows(silver, pipeline, sessions.watermark_horizon(silver, pipeline)))
+        marker = json.dumps({queries.REBUILT_FROM: version, queries.REBUILT_THROUGH: through})
+        path = queries.rebuilt_table(tables, query)
 
-    def overwrite() -> None:
-        writer = windows.write.format("delta").mode("overwrite").option("userMetadata", marker)
-        save_fenced(writer, tables.gold, fencing)
+        def overwrite(rows: DataFrame = rows, path: Path = path, marker: str = marker) -> None:
+            writer = rows.write.format("delta").mode("overwrite").option("userMetadata", marker)
+            save_fenced(writer, path, fencing)
 
-    retry_conflicts(overwrite, what=f"rebuild {tables.gold}")
-    log.info("%s: gold rebuilt from silver version %d; the gold query starts after it",
-             pipeline.name, version)
-    return version
+        retry_conflicts(overwrite, what=f"rebuild {path}")
+        log.info("%s: %s rebuilt from silver version %d; the %s query starts after it",
+                 pipeline.name, path.name, version, query)
+        rebuilt[query] = version
+    return rebuilt
 
 
 def rebuild_from_bronze(spark: SparkSession, pipeline: Pipeline, home: WeirHome) -> int:
     """A full refresh's derivation: silver and quarantine replaced as a whole by what every line
     of bronze (as of its latest version V) derives to with the current code, in one overwrite each
     (the schema may have changed: that is why one refreshes). The caller holds the pipeline's
-    lease, so no stream commits meanwhile; the old versions stay in the tables' history. Gold is
-    left to `rebuild_gold`, which runs on the fresh gold checkpoint. Returns V."""
+    lease, so no stream commits meanwhile; the old versions stay in the tables' history. Gold and
+    the sessions are left to `rebuild_from_silver`, which runs on their fresh checkpoints. Returns V."""
     tables = ensure_tables(spark, home, pipeline)
     version = latest_version(spark, tables.bronze)
     lines = spark.read.format("delta").option("versionAsOf", version).load(str(tables.bronze))

@@ -100,8 +100,9 @@ def main() -> int:
     counts = Table(title="rows per table", title_justify="left")
     counts.add_column("table")
     counts.add_column("rows", justify="right")
-    for layer, path in tables.named().items():
-        counts.add_row(f"{layer}.{path.name}", f"{spark.read.format('delta').load(str(path)).count():,}")
+    for path in tables.named().values():
+        rows = spark.read.format("delta").load(str(path)).count()
+        counts.add_row(f"{PipelineTables.layer(path)}.{path.name}", f"{rows:,}")
     console.print(counts)
     console.print(f"this run wrote {written.lines:,} lines: {written.bad_lines} bad (→ quarantine), "
                   f"{written.duplicate_lines} duplicates (→ deduplicated), "

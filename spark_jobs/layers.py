@@ -39,14 +39,29 @@ class PipelineTables:
             sessions=home.table("gold", pipeline.sessions.table) if pipeline.sessions else None,
         )
 
-    def named(self) -> dict[str, Path]:
-        """Layer name → path, for the pipeline's event tables, gold and dimension (the Airflow
-        assets and the tables a backup records; the session table, `sessions`, is not one yet)."""
+    def outputs(self) -> dict[str, Path]:
+        """Key → path of the tables the pipeline writes: bronze, silver, quarantine, gold and the
+        session table (`sessions`) when declared. The one list the driver claims at start, a backup
+        records, a rewind restores and a refresh plans; the dimension is an input, not in it."""
         out = {"bronze": self.bronze, "silver": self.silver, "quarantine": self.quarantine,
                "gold": self.gold}
+        if self.sessions is not None:
+            out["sessions"] = self.sessions
+        return out
+
+    def named(self) -> dict[str, Path]:
+        """Key → path of every table of the pipeline: its outputs and its dimension (`dim`), as
+        the Airflow assets declare them."""
+        out = self.outputs()
         if self.dimension is not None:
             out["dim"] = self.dimension
         return out
+
+    @staticmethod
+    def layer(path: Path) -> str:
+        """The layer a table lives in: its folder (the session table's is `gold`), the first part
+        of the name analysts and the Airflow assets use (`gold.playback_sessions`)."""
+        return path.parent.name
 
 
 def read_dimension(spark: SparkSession, tables: PipelineTables) -> DataFrame | None:

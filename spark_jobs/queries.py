@@ -16,6 +16,8 @@ from spark_jobs.sources import read_stream
 from spark_jobs.topology import has_started
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pyspark.sql import DataFrame, SparkSession
 
     from spark_jobs.catalog import Pipeline
@@ -28,72 +30,92 @@ def ingest(spark: SparkSession, pipeline: Pipeline, home: WeirHome) -> DataFrame
     return read_stream(spark, pipeline, home)
 
 
-# Keys of the `userMetadata` JSON of the gold commit that rebuilt gold from silver in batch: the
-# silver version it was rebuilt from, and the latest event time silver held then (epoch ms).
-GOLD_REBUILT_FROM = "gold_rebuilt_from_silver_version"
-GOLD_REBUILT_THROUGH = "gold_rebuilt_through_event_ms"
-REBUILD_HISTORY = 1000   # gold commits searched for the rebuild's marker
+# Keys of the `userMetadata` JSON of the commit that rebuilt a table read from silver (gold, the
+# session table) in batch: the silver version it was rebuilt from, and the latest event time
+# silver held then (epoch ms). The names date from gold's rebuild; both tables are gold-layer.
+REBUILT_FROM = "gold_rebuilt_from_silver_version"
+REBUILT_THROUGH = "gold_rebuilt_through_event_ms"
+REBUILD_HISTORY = 1000   # commits searched for the rebuild's marker
+# The queries that read silver as a Delta stream, and are rebuilt from it on a fresh checkpoint.
+FROM_SILVER = ("gold", "sessions")
 
 
-def gold_rebuild(spark: SparkSession, tables: PipelineTables) -> dict | None:
-    """The marker of the latest batch rebuild of gold (`backfill.rebuild_gold`), or None."""
-    if not DeltaTable.isDeltaTable(spark, str(tables.gold)):
+def rebuilt_table(tables: PipelineTables, query: str) -> Path:
+    """The table `query` (one of `FROM_SILVER`) writes, rebuilt from silver in batch."""
+    path = {"gold": tables.gold, "sessions": tables.sessions}[query]
+    assert path is not None, query
+    return path
+
+
+def rebuild_marker(spark: SparkSession, tables: PipelineTables, query: str) -> dict | None:
+    """The marker of the latest batch rebuild of `query`'s table (`backfill.rebuild_from_silver`),
+    or None."""
+    path = rebuilt_table(tables, query)
+    if not DeltaTable.isDeltaTable(spark, str(path)):
         return None
-    marked = (DeltaTable.forPath(spark, str(tables.gold)).history(REBUILD_HISTORY)
-              .where(F.col("userMetadata").contains(GOLD_REBUILT_FROM))
+    marked = (DeltaTable.forPath(spark, str(path)).history(REBUILD_HISTORY)
+              .where(F.col("userMetadata").contains(REBUILT_FROM))
               .orderBy(F.col("version").desc()).select("userMetadata").first())
     return None if marked is None else json.loads(marked[0])
 
 
-def gold_starting_version(spark: SparkSession, pipeline: Pipeline, home: WeirHome,
-                          tables: PipelineTables) -> str | None:
-    """The silver version a gold query on a fresh checkpoint starts from: the one after the
-    version V gold was last rebuilt from in batch (`backfill.rebuild_gold`, run just before the
-    query starts). Delta refuses a starting version that does not exist yet, so while V is still
-    silver's latest this is `latest` (= V+1, resolved when the query starts). None once the query
-    has a checkpoint (Spark ignores starting options then) or when gold was never rebuilt."""
+def starting_version(spark: SparkSession, pipeline: Pipeline, home: WeirHome,
+                     tables: PipelineTables, query: str) -> str | None:
+    """The silver version `query` (gold, sessions) starts from on a fresh checkpoint: the one after
+    the version V its table was last rebuilt from in batch (`backfill.rebuild_from_silver`, run
+    just before the query starts). Delta refuses a starting version that does not exist yet, so
+    while V is still silver's latest this is `latest` (= V+1, resolved when the query starts).
+    None once the query has a checkpoint (Spark ignores starting options then) or when its table
+    was never rebuilt, or rebuilt from a silver without rows: the query then reads silver's
+    snapshot as of its first batch and what follows, all of it new (and no `latest` can skip a
+    commit the ingest query makes meanwhile)."""
 
-    if has_started(home, pipeline, "gold"):
+    if has_started(home, pipeline, query):
         return None
-    marker = gold_rebuild(spark, tables)
-    if marker is None:
+    marker = rebuild_marker(spark, tables, query)
+    if marker is None or marker.get(REBUILT_THROUGH) is None:
         return None
-    rebuilt_from = int(marker[GOLD_REBUILT_FROM])
+    rebuilt_from = int(marker[REBUILT_FROM])
     latest = int(DeltaTable.forPath(spark, str(tables.silver)).history(1).first()["version"])
     return str(rebuilt_from + 1) if latest > rebuilt_from else "latest"
 
 
-def gold_rebuilt_through(spark: SparkSession, tables: PipelineTables) -> int | None:
-    """The latest event time (epoch ms) of the silver gold was last rebuilt from, or None. The
-    gold query's state starts empty after a rebuild: a window starting at or before this time may
-    hold rebuilt events the query never saw (`stream.GoldBatch` recomputes those from silver)."""
-    marker = gold_rebuild(spark, tables)
-    return None if marker is None else marker.get(GOLD_REBUILT_THROUGH)
+def rebuilt_through(spark: SparkSession, tables: PipelineTables, query: str) -> int | None:
+    """The latest event time (epoch ms) of the silver `query`'s table was last rebuilt from, or
+    None. The query's state starts empty after a rebuild: a window or session holding events by
+    this time may hold rebuilt events the query never saw (`stream.GoldBatch` and
+    `stream.SessionsBatch` recompute those from silver)."""
+    marker = rebuild_marker(spark, tables, query)
+    return None if marker is None else marker.get(REBUILT_THROUGH)
+
+
+def silver_stream(spark: SparkSession, pipeline: Pipeline, tables: PipelineTables, query: str,
+                  home: WeirHome | None = None) -> DataFrame:
+    """Silver as a Delta stream for `query` (one of `FROM_SILVER`). Back-fills rewrite silver
+    partitions; their change commits are skipped here, and the back-fill reconciles the query's
+    table for those dates itself. On a fresh checkpoint (with `home`) the query starts after the
+    silver version its table was rebuilt from, instead of re-reading all of silver in file order
+    (which drops as late what its first batch's watermark excludes)."""
+    reader = spark.readStream.format("delta").option("skipChangeCommits", "true")
+    starting = starting_version(spark, pipeline, home, tables, query) if home is not None else None
+    if starting is not None:
+        reader = reader.option("startingVersion", starting)
+    return reader.load(str(tables.silver))
 
 
 def gold(spark: SparkSession, pipeline: Pipeline, tables: PipelineTables,
          home: WeirHome | None = None) -> DataFrame:
-    """Silver as a Delta stream → watermarked event-time windows with the catalog's measures.
-    Back-fills rewrite silver partitions; their change commits are skipped here, and the
-    back-fill replaces gold for those dates itself. On a fresh checkpoint (with `home`) the query
-    starts after the silver version gold was rebuilt from, instead of re-reading all of silver in
-    file order (which drops as late what its first batch's watermark excludes)."""
-    reader = spark.readStream.format("delta").option("skipChangeCommits", "true")
-    starting = gold_starting_version(spark, pipeline, home, tables) if home is not None else None
-    if starting is not None:
-        reader = reader.option("startingVersion", starting)
-    silver = reader.load(str(tables.silver))
+    """Silver (`silver_stream`) → watermarked event-time windows with the catalog's measures."""
+    silver = silver_stream(spark, pipeline, tables, "gold", home)
     return transforms.aggregate(
         silver.withWatermark(pipeline.event_time, pipeline.aggregation.watermark), pipeline)
 
 
-def sessions(spark: SparkSession, pipeline: Pipeline, tables: PipelineTables) -> DataFrame:
-    """Silver as a Delta stream → the session rows each micro-batch changes (keyed state with
-    event-time timeouts, `spark_jobs.sessions`). Back-fills' change commits are skipped, as for
-    gold; on a fresh checkpoint the query reads silver from its beginning."""
-
-    silver = (spark.readStream.format("delta").option("skipChangeCommits", "true")
-              .load(str(tables.silver)))
+def sessions(spark: SparkSession, pipeline: Pipeline, tables: PipelineTables,
+             home: WeirHome | None = None) -> DataFrame:
+    """Silver (`silver_stream`) → the session rows each micro-batch changes (keyed state with
+    event-time timeouts, `spark_jobs.sessions`)."""
+    silver = silver_stream(spark, pipeline, tables, "sessions", home)
     return session_state.stream_rows(silver, pipeline)
 
 
@@ -105,5 +127,5 @@ def build(spark: SparkSession, pipeline: Pipeline, home: WeirHome, tables: Pipel
     if query == "gold":
         return gold(spark, pipeline, tables, home)
     if query == "sessions":
-        return sessions(spark, pipeline, tables)
+        return sessions(spark, pipeline, tables, home)
     raise ValueError(f"unknown query {query!r}")

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 from pyspark.sql import functions as F
 
-from spark_jobs import catalog, queries, transforms
-from spark_jobs.backfill import rebuild_gold
+from spark_jobs import catalog, queries, sessions, transforms
+from spark_jobs.backfill import rebuild_from_silver
 from spark_jobs.checkpoints.layout import clear_interrupted_writes
 from spark_jobs.control import lease as leases
 from spark_jobs.control import progress
@@ -36,7 +36,6 @@ from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables, ensure_tables, read_dimension
 from spark_jobs.quality import rules as row_rules
 from spark_jobs.session import build_session
-from spark_jobs.sessions import table_key
 from spark_jobs.tables import Fencing, append_new, in_list, insert_new, partitions_holding, upsert
 from spark_jobs.topology import checkpoint_location, queries_of, query_name
 
@@ -201,17 +200,28 @@ class GoldBatch:
 class SessionsBatch:
     """foreachBatch of the sessions query: the sessions the batch changed replace their rows (a
     MERGE by session key, so a replayed batch changes nothing). A session stands under the date of
-    its first event; a late event may move it, hence the dates where its key already stands."""
+    its first event; a late event may move it, hence the dates where its key already stands.
 
-    def __init__(self, pipeline: Pipeline, tables: PipelineTables) -> None:
+    After the session table was rebuilt in batch (a fresh sessions checkpoint over an existing
+    silver), the keyed state starts empty: a session the rebuild holds that gets later events, or
+    whose state times out later, would be written with the measures of the streamed events only.
+    Such sessions are recomputed from silver instead, as is a rebuilt session still active once the
+    stream's watermark passes its gap (the query holds no timer for it)."""
+
+    def __init__(self, pipeline: Pipeline, tables: PipelineTables,
+                 rebuilt_through_ms: int | None = None) -> None:
         self.pipeline = pipeline
         self.tables = tables
+        self.rebuilt_through_ms = rebuilt_through_ms
+        self.horizon_ms: int | None = None
 
     def __call__(self, rows: DataFrame, batch_id: int) -> None:
         fence(self.pipeline.name)
         rows = rows.localCheckpoint()   # a stable MERGE source, see IngestBatch
+        if self.rebuilt_through_ms is not None:
+            rows = self.with_rebuilt_sessions_recomputed(rows)
         assert self.tables.sessions is not None
-        key = table_key(self.pipeline)
+        key = sessions.table_key(self.pipeline)
         dates = {row[0] for row in rows.select("event_date").distinct().collect()}
         if dates:
             dates |= set(partitions_holding(rows, self.tables.sessions, key, "event_date"))
@@ -220,6 +230,38 @@ class SessionsBatch:
         fence(self.pipeline.name)   # a skipped (fenced) write is loud, see IngestBatch
         log.info("%s sessions batch %d: %d date(s) updated", self.pipeline.name, batch_id, len(dates))
 
+    def with_rebuilt_sessions_recomputed(self, rows: DataFrame) -> DataFrame:
+        assert self.tables.sessions is not None and self.pipeline.sessions is not None
+        spec, spark = self.pipeline.sessions, rows.sparkSession
+        key = spec.key
+        through = F.timestamp_millis(F.lit(self.rebuilt_through_ms))
+        newest = rows.agg(F.unix_millis(F.max("last_event_time"))).first()[0]
+        if newest is None:
+            return rows
+        # the stream's watermark once it has read this batch (`sessions.watermark_horizon`);
+        # like the watermark, it never goes back
+        horizon = max(int(newest) - sessions.interval_ms(spec.watermark), self.horizon_ms or 0)
+        self.horizon_ms = horizon
+        gap = sessions.interval_ms(spec.gap)
+        held = (spark.read.format("delta").load(str(self.tables.sessions))
+                .where(F.col("event_date") <= F.to_date(through))
+                .where(F.col("first_event_time") <= through))
+        # a session's events all stand at or after the date of its first one
+        touched = (rows.where(F.col("first_event_time") <= through).select(key, "event_date")
+                   .unionByName(held.join(rows.select(key), key, "left_semi").select(key, "event_date"))
+                   .unionByName(held.where((F.col("state") == sessions.ACTIVE)
+                                           & (F.unix_millis("last_event_time") + gap <= horizon))
+                                .select(key, "event_date"))).localCheckpoint()
+        first = touched.agg(F.min("event_date")).first()[0]
+        if first is None:
+            return rows
+        keys = touched.select(key).distinct()
+        silver = (spark.read.format("delta").load(str(self.tables.silver))
+                  .where(F.col("event_date") >= F.lit(first))
+                  .join(keys, key, "left_semi"))
+        exact = sessions.batch_rows(silver, self.pipeline, horizon).select(*rows.columns)
+        return rows.join(keys, key, "left_anti").unionByName(exact).localCheckpoint()
+
 
 def start_query(spark: SparkSession, pipeline: Pipeline, home: WeirHome, tables: PipelineTables,
                 query: str, *, once: bool) -> StreamingQuery:
@@ -227,10 +269,11 @@ def start_query(spark: SparkSession, pipeline: Pipeline, home: WeirHome, tables:
     if query == "ingest":
         sink = frame.writeStream.foreachBatch(IngestBatch(pipeline, tables))
     elif query == "sessions":
-        sink = frame.writeStream.outputMode("update").foreachBatch(SessionsBatch(pipeline, tables))
+        sink = frame.writeStream.outputMode("update").foreachBatch(
+            SessionsBatch(pipeline, tables, queries.rebuilt_through(spark, tables, "sessions")))
     else:
         sink = frame.writeStream.outputMode("update").foreachBatch(
-            GoldBatch(pipeline, tables, queries.gold_rebuilt_through(spark, tables)))
+            GoldBatch(pipeline, tables, queries.rebuilt_through(spark, tables, "gold")))
     sink = sink.trigger(availableNow=True) if once else sink.trigger(
         processingTime=pipeline.trigger_interval)
     # The query's thread inherits the JVM thread's active session; under PySpark's pinned threads
@@ -294,12 +337,12 @@ def _run_queries(spark: SparkSession, pipeline: Pipeline, home: WeirHome, *, onc
     tables = ensure_tables(spark, home, pipeline)
     held = fencing(pipeline.name)
     if held is not None:
-        held.claim(spark, tables.named().values())
+        held.claim(spark, tables.outputs().values())
     for query in queries_of(pipeline):
         for leftover in clear_interrupted_writes(checkpoint_location(home, pipeline, query)):
             log.warning("%s: removed %s, left half-written by a crash", pipeline.name, leftover)
-    # a fresh gold query does not re-stream silver
-    rebuild_gold(spark, pipeline, home, tables, held)
+    # a fresh gold or sessions query does not re-stream silver
+    rebuild_from_silver(spark, pipeline, home, tables, held)
     if once:
         for name in queries_of(pipeline):
             query = start_query(spark, pipeline, home, tables, name, once=True)

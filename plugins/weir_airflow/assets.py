@@ -26,8 +26,8 @@ from spark_jobs.layers import PipelineTables
 from weir_airflow.delta_watch import DeltaCommitTrigger
 
 log = logging.getLogger(__name__)
-# The layers a back-fill of a date range re-derives (bronze is its input, the dimension untouched).
-BACKFILL_LAYERS = ("silver", "quarantine", "gold")
+# The outputs a back-fill of a date range does not re-derive: bronze is its input.
+BACKFILL_INPUTS = ("bronze",)
 
 
 def asset_name(layer: str, table: str) -> str:
@@ -39,7 +39,8 @@ def asset_uri(layer: str, table: str) -> str:
 
 
 def pipeline_assets(name: str, home: WeirHome | None = None) -> dict[str, Asset]:
-    """The assets of pipeline `name`'s tables, by layer (bronze, silver, quarantine, gold, dim).
+    """The assets of pipeline `name`'s tables, by key of `PipelineTables.named` (bronze, silver,
+    quarantine, gold, sessions, dim); an asset's name and URI use the table's layer, its folder.
 
     Every DAG file that mentions a table gets the identical Asset (same watcher, same trigger
     arguments), which Airflow needs to keep one watcher per table. A dimension may be shared by
@@ -48,27 +49,36 @@ def pipeline_assets(name: str, home: WeirHome | None = None) -> dict[str, Asset]
     pipeline = catalog.load(name)
     tables = PipelineTables.of(home or WeirHome.from_env(), pipeline)
     assets = {}
-    for layer, path in tables.named().items():
+    for key, path in tables.named().items():
+        layer = PipelineTables.layer(path)
         label = asset_name(layer, path.name)
-        interval = DEFAULT_ASSET_EVENT_INTERVAL_S if layer == "dim" else pipeline.asset_event_interval_s
+        interval = DEFAULT_ASSET_EVENT_INTERVAL_S if key == "dim" else pipeline.asset_event_interval_s
         trigger = DeltaCommitTrigger(table_uri=str(path), asset_name=label, interval_s=interval)
-        assets[layer] = Asset(name=label, uri=asset_uri(layer, path.name),
+        assets[key] = Asset(name=label, uri=asset_uri(layer, path.name),
                               extra={"layer": layer, "format": "delta"},
                               watchers=[AssetWatcher(name=f"{label}.commits", trigger=trigger)])
     return assets
 
 
+def backfill_layers(name: str, home: WeirHome | None = None) -> list[str]:
+    """The keys of the tables a back-fill of a date range re-derives: the pipeline's outputs
+    (`PipelineTables.outputs`) but its input, bronze."""
+    tables = PipelineTables.of(home or WeirHome.from_env(), catalog.load(name))
+    return [key for key in tables.outputs() if key not in BACKFILL_INPUTS]
+
+
 def backfill_outlets(name: str) -> list[Asset]:
     """The outlets of a back-fill task: the tables whose partitions it replaces."""
     assets = pipeline_assets(name)
-    return [assets[layer] for layer in BACKFILL_LAYERS]
+    return [assets[key] for key in backfill_layers(name)]
 
 
 def backfill_inlets(name: str) -> list[Asset]:
     """The inlets of a back-fill task: what it reads (bronze, the dimension). With its outlets,
     every table of the pipeline is declared to Airflow, so each shows on the Assets page."""
     assets = pipeline_assets(name)
-    return [asset for layer, asset in assets.items() if layer not in BACKFILL_LAYERS]
+    outlets = backfill_layers(name)
+    return [asset for key, asset in assets.items() if key not in outlets]
 
 
 def annotate_backfill_events(outlet_events: Any, name: str, date_from: str, date_to: str,
@@ -93,7 +103,7 @@ def annotate_backfill_events(outlet_events: Any, name: str, date_from: str, date
                     name, date_from, date_to, started.isoformat())
     assets = pipeline_assets(name, home)
     extras = {}
-    for layer in BACKFILL_LAYERS:
+    for layer in backfill_layers(name, home):
         extra = {"pipeline": name, "from": date_from, "to": date_to,
                  "changed": details.get(f"{layer}_replaced"),
                  "bronze_version": details.get("bronze_version")}

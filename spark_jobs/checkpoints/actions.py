@@ -40,7 +40,6 @@ log = logging.getLogger(__name__)
 ACTIONS = ("inspect", "validate", "backup", "backups", "restore", "rewind", "reset", "prune", "compat")
 DESTRUCTIVE = frozenset({"restore", "rewind", "reset", "prune"})
 NEEDS_STOPPED = frozenset({"restore", "rewind", "reset", "refresh"})    # refresh: see refresh.py
-REWOUND_LAYERS = ("bronze", "quarantine", "silver", "gold")    # the pipeline's outputs, not the dimension
 LEFTOVER_AGE_S = 3600.0
 
 
@@ -238,16 +237,17 @@ def _restore(home: WeirHome, p: Pipeline, *, backup_id: str | None, actor: str, 
 def _rewind(home: WeirHome, p: Pipeline, *, backup_id: str | None, actor: str, reason: str | None,
             dry_run: bool, spark: SparkSession | None, progress: backups.Progress | None,
             **_: Any) -> dict[str, Any]:
-    """Tables back to the backup's versions, the ingest checkpoint back to the backup's batch; the
-    downstream (gold) query starts fresh from silver's restored snapshot, because silver's history
-    after the RESTORE still holds the bad commits a Delta stream would read again."""
+    """Tables (`PipelineTables.outputs`) back to the backup's versions, the ingest checkpoint back
+    to the backup's batch; the downstream queries (gold, sessions) start fresh, their tables rebuilt
+    from silver's restored snapshot, because silver's history after the RESTORE still holds the bad
+    commits a Delta stream would read again."""
 
     if not backup_id:
         raise UserError("rewind needs --to BACKUP_ID (see `weir checkpoint backups`)")
     manifest, path = _find(home, p, backup_id)
-    tables = PipelineTables.of(home, p).named()
+    tables = PipelineTables.of(home, p).outputs()     # the dimension is an input: never rewound
     current = backups.table_versions(home, p)
-    restores = {layer: manifest.table_versions[layer] for layer in REWOUND_LAYERS
+    restores = {layer: manifest.table_versions[layer] for layer in tables
                 if manifest.table_versions.get(layer) is not None
                 and manifest.table_versions[layer] != current.get(layer)}
     ingest = manifest.queries.get("ingest")

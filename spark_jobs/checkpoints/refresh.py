@@ -124,15 +124,15 @@ def plan_refresh(home: WeirHome, p: Pipeline, origin: str,
             "files": len(files), "last_committed_batch": layout.last_committed(folder) if folder else None,
             "after": ("kept: continues from its position" if keep else
                       "removed: starts from the source's start" if query == "ingest" else
-                      "removed: starts fresh after gold is rebuilt from silver"),
+                      "removed: starts fresh after its table is rebuilt from silver"),
             "removed_files": [] if keep else files[:50]}
     versions = backups.table_versions(home, p)
-    rebuilt = ("silver", "quarantine", "gold") if origin == "bronze" else ("bronze", "silver",
-                                                                           "quarantine", "gold")
+    outputs = PipelineTables.of(home, p).outputs()
+    rebuilt = [layer for layer in outputs if layer != "bronze" or origin == "source"]
     tables = {layer: {"version": versions.get(layer),
                       "after": "overwritten by the rebuild (a new version; this one stays in the "
                                "table's history)" if layer in rebuilt else "unchanged"}
-              for layer in PipelineTables.of(home, p).named() if layer != "dim"}
+              for layer in outputs}
     backup = ({"kind": f"before {ACTION}", "whole copy of": {q: checkpoint[q]["files"] for q in live},
                "undo": f"weir checkpoint rewind {p.name} --to <this backup> --yes"} if live else None)
     current = int(generations.current_generation(home, p.name).get("generation", 0))
@@ -165,9 +165,9 @@ def _refresh(spark: SparkSession, home: WeirHome, p: Pipeline, plan: RefreshPlan
     if plan.origin == "source":
         _ingest_from_source(spark, home, p)
 
-    silver_version = backfill.rebuild_gold(spark, p, home, ensure_tables(spark, home, p))
-    log.info("%s refreshed from %s: generation %d, bronze version %d, gold from silver version %s",
-             p.name, plan.origin, number, bronze_version, silver_version)
+    rebuilt = backfill.rebuild_from_silver(spark, p, home, ensure_tables(spark, home, p))
+    log.info("%s refreshed from %s: generation %d, bronze version %d, rebuilt from silver: %s",
+             p.name, plan.origin, number, bronze_version, rebuilt)
     return {"safety_backup": safety.id if safety else None, "generation": number,
             "table_versions": backups.table_versions(home, p)}
 

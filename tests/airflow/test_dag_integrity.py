@@ -122,28 +122,37 @@ def test_every_table_is_an_asset_named_by_layer_with_its_location_and_commit_wat
     home = WeirHome(Path(parsed["weir_home"]))
     for name in catalog.names():
         pipeline = catalog.load(name)
-        for layer, path in PipelineTables.of(home, pipeline).named().items():
+        tables = PipelineTables.of(home, pipeline).named()
+        expected = {"bronze", "silver", "quarantine", "gold", *(["sessions"] if pipeline.sessions else []),
+                    *(["dim"] if pipeline.dimension else [])}
+        assert set(tables) == expected, (name, set(tables))
+        for key, path in tables.items():
+            layer = path.parent.name    # the session table's layer is gold, its folder
+            assert layer == (key if key != "sessions" else "gold"), (key, path)
             asset = declared.get(f"{layer}.{path.name}")
-            assert asset is not None, f"{name}: no asset for {layer} table {path}"
+            assert asset is not None, f"{name}: no asset for {key} table {path}"
             assert asset["uri"] == f"weir://{layer}/{path.name}" and asset["extra"]["layer"] == layer, asset
-            interval = (catalog.DEFAULT_ASSET_EVENT_INTERVAL_S if layer == "dim"
+            interval = (catalog.DEFAULT_ASSET_EVENT_INTERVAL_S if key == "dim"
                         else pipeline.asset_event_interval_s)
             assert asset["watchers"] == [[f"{layer}.{path.name}.commits",
                                           "weir_airflow.delta_watch.DeltaCommitTrigger",
                                           {"table_uri": str(path), "asset_name": f"{layer}.{path.name}",
                                            "interval_s": interval}]], asset
+    assert declared["gold.playback_sessions"]["uri"] == "weir://gold/playback_sessions"
     # Airflow keeps one watcher per asset only if every DAG declares the asset identically.
     for mention in every_asset(parsed):
         assert mention == declared[mention["name"]], f"{mention['name']} declared differently"
 
 
-def test_backfill_reads_bronze_and_dimension_and_emits_silver_quarantine_gold(parsed: dict) -> None:
+def test_backfill_reads_bronze_and_dimension_and_emits_silver_quarantine_gold_sessions(parsed: dict) -> None:
+    assert catalog.load("playback").sessions is not None
     for name in catalog.names():
         pipeline = catalog.load(name)
         backfill = parsed["dags"][f"{name}_backfill"]
+        sessions = [f"gold.{pipeline.sessions.table}"] if pipeline.sessions else []
         assert [a["name"] for a in backfill["outlets"]["backfill"]] == [
             f"silver.{pipeline.events_table}", f"quarantine.{pipeline.events_table}",
-            f"gold.{pipeline.gold_table}"]
+            f"gold.{pipeline.gold_table}", *sessions]
         dim = [f"dim.{pipeline.dimension.table}"] if pipeline.dimension else []
         inlets = [a["name"] for a in backfill["inlets"]["backfill"]]
         assert inlets == [f"bronze.{pipeline.events_table}", *dim]

@@ -17,6 +17,7 @@ from spark_jobs.checkpoints.compat import compat
 from spark_jobs.control import eventlog, lease
 from spark_jobs.topology import checkpoint_location as query_dir
 from tests.helpers import table
+from tests.integration.batches import differs
 
 
 def problems_by_file(result: dict) -> dict[str, str]:
@@ -97,10 +98,15 @@ def test_rewind_after_a_bad_deploy_leaves_tables_as_if_it_never_ran(playback, mo
 
     monkeypatch.setattr(transforms, "derive", good_derive)   # the fix
     plan = run_action("playback", "rewind", backup_id=good["id"], dry_run=True)["plan"]
-    assert set(plan["restore_tables"]) == {"bronze", "quarantine", "silver", "gold"}
+    assert set(plan["restore_tables"]) == {"bronze", "quarantine", "silver", "gold", "sessions"}
     rewound = run_action("playback", "rewind", backup_id=good["id"], confirm=True, actor="test",
                          reason="bad deploy", spark=playback.spark)
     assert rewound["safety_backup"]
+    sessions_then = (playback.spark.read.format("delta")
+                     .option("versionAsOf", good["backup"]["table_versions"]["sessions"])
+                     .load(str(playback.tables.sessions)))
+    assert differs(table(playback.spark, playback.tables.sessions), sessions_then) == "", \
+        "the session table is back to the backup's version"
     playback.run()
     assert table(playback.spark, silver).where("cdn = 'bad-cdn'").count() == 0
     assert table(playback.spark, gold).where("cdn = 'bad-cdn'").count() == 0

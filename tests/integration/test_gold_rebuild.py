@@ -1,7 +1,7 @@
-"""Gold after a reset or a fresh gold query over an existing silver (issue 12, scenario 6): the
-query would re-read silver in file order, 1,000 files a batch, and drop as late what its first
-batch's watermark excludes. Gold is rebuilt from silver in batch first, and the query starts after
-the silver version it was rebuilt from."""
+"""Gold and the session table after a reset or a fresh query over an existing silver (issue 12,
+scenario 6; issue 16): the query would re-read silver in file order, 1,000 files a batch, and drop
+as late what its first batch's watermark excludes. The table is rebuilt from silver in batch
+first, and the query starts after the silver version it was rebuilt from."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
-from spark_jobs import stream, transforms
-from spark_jobs.generator import generate
+from spark_jobs import sessions, stream, transforms
+from spark_jobs.generator import generate, write_lines
 from spark_jobs.layers import ensure_tables
-from spark_jobs.queries import GOLD_REBUILT_FROM
+from spark_jobs.queries import REBUILT_FROM
 from spark_jobs.topology import checkpoint_location
 from tests.helpers import table
 from tests.integration.batches import differs, ingest
@@ -26,7 +26,34 @@ pytestmark = pytest.mark.slow
 DELTA_FILES_PER_BATCH = 1000   # the Delta source's default maxFilesPerTrigger
 
 
-def test_fresh_gold_query_over_a_silver_of_many_files_equals_its_aggregates(spark, home, tmp_path):
+def sessions_differ(spark, pipeline, tables) -> str:
+    """'' when the session table holds what the state function makes of all of silver."""
+    silver, got = table(spark, tables.silver), table(spark, tables.sessions)
+    want = sessions.batch_rows(silver, pipeline, sessions.watermark_horizon(silver, pipeline))
+    return differs(got, want.select(*got.columns))
+
+
+def continuations(spark, tables, count: int) -> list[str]:
+    """Later events of `count` sessions of the evening the table holds (not ended, if it has
+    enough): a heartbeat a minute after each one's last event, and an end for the first of them."""
+    held = (table(spark, tables.sessions).where("first_event_time >= '2026-11-19 20:00'")
+            .orderBy(F.col("state") == "ended", "session_id").limit(count).collect())
+    assert len(held) == count, held
+    lines = []
+    for n, row in enumerate(held):
+        kinds = [("heartbeat", 60), *([("end", 120)] if n == 0 else [])]
+        for kind, after_s in kinds:
+            at = row["last_event_time"] + dt.timedelta(seconds=after_s)
+            lines.append(json.dumps({
+                "event_id": f"{row['session_id']}-more-{kind}", "session_id": row["session_id"],
+                "user_id": row["user_id"], "content_id": row["content_id"], "cdn": "a",
+                "event_type": kind, "event_time": at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "bitrate_kbps": 2500, "position_s": 900.0}))
+    return lines
+
+
+def test_fresh_gold_and_sessions_queries_over_a_silver_of_many_files_equal_their_batch_derivation(
+        spark, home, tmp_path):
     pipeline = playback()
     tables = ensure_tables(spark, home, pipeline)
     morning = generate(tmp_path / "a", files=2, sessions_per_file=40, seed=81,
@@ -51,7 +78,11 @@ def test_fresh_gold_query_over_a_silver_of_many_files_equals_its_aggregates(spar
     # gold was rebuilt in batch from silver's latest version, and not re-streamed from silver
     last = DeltaTable.forPath(spark, str(tables.gold)).history(1).first()
     silver_version = DeltaTable.forPath(spark, str(tables.silver)).history(1).first()["version"]
-    assert json.loads(last["userMetadata"] or "{}").get(GOLD_REBUILT_FROM) == silver_version, last
+    assert json.loads(last["userMetadata"] or "{}").get(REBUILT_FROM) == silver_version, last
+    # the session table too (its query had no checkpoint yet): every session whole
+    assert not (d := sessions_differ(spark, pipeline, tables)), f"sessions: {d}"
+    last = DeltaTable.forPath(spark, str(tables.sessions)).history(1).first()
+    assert json.loads(last["userMetadata"] or "{}").get(REBUILT_FROM) == silver_version, last
 
     # and the gold query goes on from there: a later file's windows are added, nothing doubled;
     # events that fall in windows the rebuild already holds are added to them, not written over
@@ -60,6 +91,9 @@ def test_fresh_gold_query_over_a_silver_of_many_files_equals_its_aggregates(spar
              start=dt.datetime(2026, 11, 19, 22, 0, tzinfo=dt.UTC))
     generate(home.landing("playback"), files=1, sessions_per_file=6, seed=84,
              start=dt.datetime(2026, 11, 19, 20, 0, tzinfo=dt.UTC))
+    # sessions the rebuild holds go on: the query's keyed state never saw their first events
+    write_lines(home.landing("playback"), "more.jsonl", continuations(spark, tables, 3))
     stream.run(pipeline, once=True, home=home, spark=spark)
     silver = table(spark, tables.silver)
     assert not (d := differs(table(spark, tables.gold), transforms.aggregate(silver, pipeline))), f"gold: {d}"
+    assert not (d := sessions_differ(spark, pipeline, tables)), f"sessions: {d}"
