@@ -235,6 +235,11 @@ def rebuild_from_silver(spark: SparkSession, pipeline: Pipeline, home: WeirHome,
         log.info("%s: %s rebuilt from silver version %d; the %s query starts after it",
                  pipeline.name, path.name, version, query)
         rebuilt[query] = version
+    if rebuilt and latest_version(spark, tables.silver) == max(rebuilt.values()):
+        # The queries start at V+1, which must exist: Delta refuses a future version, and `latest`
+        # (resolved only at a query's first batch) would skip a commit made in between.
+        empty = spark.read.format("delta").load(str(tables.silver)).limit(0)
+        save_fenced(empty.write.format("delta").mode("append"), tables.silver, fencing)
     return rebuilt
 
 

@@ -63,21 +63,18 @@ def starting_version(spark: SparkSession, pipeline: Pipeline, home: WeirHome,
                      tables: PipelineTables, query: str) -> str | None:
     """The silver version `query` (gold, sessions) starts from on a fresh checkpoint: the one after
     the version V its table was last rebuilt from in batch (`backfill.rebuild_from_silver`, run
-    just before the query starts). Delta refuses a starting version that does not exist yet, so
-    while V is still silver's latest this is `latest` (= V+1, resolved when the query starts).
+    just before the query starts, which also makes sure V+1 exists: Delta refuses a starting
+    version that does not exist yet, and `latest` would skip a commit made before it resolves).
     None once the query has a checkpoint (Spark ignores starting options then) or when its table
     was never rebuilt, or rebuilt from a silver without rows: the query then reads silver's
-    snapshot as of its first batch and what follows, all of it new (and no `latest` can skip a
-    commit the ingest query makes meanwhile)."""
+    snapshot as of its first batch and what follows, all of it new."""
 
     if has_started(home, pipeline, query):
         return None
     marker = rebuild_marker(spark, tables, query)
     if marker is None or marker.get(REBUILT_THROUGH) is None:
         return None
-    rebuilt_from = int(marker[REBUILT_FROM])
-    latest = int(DeltaTable.forPath(spark, str(tables.silver)).history(1).first()["version"])
-    return str(rebuilt_from + 1) if latest > rebuilt_from else "latest"
+    return str(int(marker[REBUILT_FROM]) + 1)
 
 
 def rebuilt_through(spark: SparkSession, tables: PipelineTables, query: str) -> int | None:
