@@ -276,8 +276,10 @@ def test_deploy_adopt_after_a_worker_kill_restart_after_a_yarn_kill_stop_and_bac
     # Airflow 3 gives each try its own task instance id.
     assert airflow.worker_that_received(retried["id"], 2) == other, "the retry ran on the other worker"
     # Celery ran it: the task instance's Celery task id has its result in PostgreSQL.
-    [celery] = airflow.wait_for("the retry's Celery result", lambda: airflow.query(
-        "SELECT status FROM celery_taskmeta WHERE task_id = ?", retried["external_executor_id"]), 60)
+    # (Its row says STARTED until the worker has reported the deferral back.)
+    [celery] = airflow.wait_for("the retry's Celery result", lambda: [r for r in airflow.query(
+        "SELECT status FROM celery_taskmeta WHERE task_id = ?", retried["external_executor_id"])
+        if r["status"] != "STARTED"], 120)
     assert celery["status"] == "SUCCESS", celery
 
     airflow.wait_for("a first committed batch", times.first_batch, STARTUP_S, poll_s=0.2)
