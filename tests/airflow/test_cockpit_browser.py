@@ -28,7 +28,7 @@ from tests.support.make_up import MakeUp, make_up
 from tests.support.polling import wait_for
 from tests.support.ports import free_ports
 
-pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(1200)]
 P = "playback"
 WEIR = REPO_ROOT / ".venv" / "bin" / "weir"
 CHROMIUM = Path("/usr/bin/chromium")
@@ -209,7 +209,7 @@ def test_on_call_restart_from_a_backup_approved_in_airflow_on_a_live_stream(
     event = wait_for("playback RUNNING again after the restart", restarted, 420, poll_s=5)
     assert (event["actor"], event["reason"]) == ("admin", REASON), event
     assert event["approval"] == f"Approve by admin: {APPROVAL_REASON}", event
-    view.locator("h3:text-is('Event log')").scroll_into_view_if_needed()
+    view.locator("h3:text-is('Event log')").evaluate("heading => heading.scrollIntoView()")  # at the top
     shot(page, stack, "6-restarted")
 
     # Every landing file there is now gets read (the restore went back to the backup's batch and
