@@ -6,9 +6,6 @@ and the broker — nothing of that home is left running and no port still answer
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -17,35 +14,11 @@ import pytest
 
 from spark_jobs.home import REPO_ROOT, WeirHome
 from tests.kafka.harness import delta_row_count
+from tests.support.make_up import answers, make_up, processes_of
 from tests.support.ports import free_ports
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(900)]
-UP = REPO_ROOT / "infra" / "airflow" / "up.sh"
 WEIR = REPO_ROOT / ".venv" / "bin" / "weir"
-
-
-def answers(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=2):
-            return True
-    except OSError:
-        return False
-
-
-def processes_of(home: Path) -> dict[int, str]:
-    """Live processes (of this user) whose environment has WEIR_HOME=`home`: everything up.sh
-    started carries it, the detached driver and the broker included."""
-    marker = f"WEIR_HOME={home}".encode()
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if marker in (entry / "environ").read_bytes().split(b"\0"):
-                found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:160]
-        except OSError:
-            continue
-    return found
 
 
 def status(env: dict[str, str]) -> dict:
@@ -57,19 +30,13 @@ def status(env: dict[str, str]) -> dict:
 def test_make_up_kafka_profile_deploys_the_stream_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
     home = WeirHome(tmp_path / "weir")
     airflow_port, kafka_port = free_ports(2)
-    env = {**os.environ, "WEIR_HOME": str(home.root), "WEIR_UP_PROFILE": "kafka",
-           "WEIR_AIRFLOW_PORT": str(airflow_port), "WEIR_KAFKA_PORT": str(kafka_port),
-           # one producer round: batch 0 holds it all, so the stop at a batch boundary is quick
-           "WEIR_GENERATE_EVERY_S": "3600"}
-    env.pop("AIRFLOW_HOME", None)
-    log = tmp_path / "up.log"
+    settings = {"WEIR_UP_PROFILE": "kafka", "WEIR_AIRFLOW_PORT": str(airflow_port),
+                "WEIR_KAFKA_PORT": str(kafka_port),
+                # one producer round: batch 0 holds it all, so the stop at a batch boundary is quick
+                "WEIR_GENERATE_EVERY_S": "3600"}
     silver = home.table("silver", "playback_kafka_events")
-    with open(log, "wb") as out:
-        # SIGINT back to its default: a shell ignores it in background jobs, and up.sh could not trap it.
-        up = subprocess.Popen(["bash", str(UP)], env=env, stdout=out, stderr=subprocess.STDOUT,
-                              cwd=REPO_ROOT, start_new_session=True,
-                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
+    with make_up(home, tmp_path / "up.log", **settings) as made:
+        up, env = made.process, made.env
         deadline = time.monotonic() + 480
         state, rows = {}, 0
         while time.monotonic() < deadline and up.poll() is None:
@@ -78,32 +45,17 @@ def test_make_up_kafka_profile_deploys_the_stream_and_ctrl_c_stops_everything(tm
             if state.get("state") == "RUNNING" and rows > 0:
                 break
             time.sleep(5)
-        tail = log.read_text(errors="replace")[-3000:]
+        tail = made.tail()
         assert up.poll() is None, f"up.sh exited ({up.returncode}) early:\n{tail}"
         assert state.get("state") == "RUNNING" and rows > 0, f"status {state}, silver {rows}:\n{tail}"
         assert json.loads((home.kafka / "broker.json").read_text())["port"] == kafka_port
         assert answers(kafka_port) and answers(airflow_port)
 
-        os.kill(up.pid, signal.SIGINT)
-        code = up.wait(timeout=240)
-        text = log.read_text(errors="replace")
+        code = made.ctrl_c()
+        text = made.log.read_text(errors="replace")
         assert code == 130, text[-3000:]
         assert "kafka stopped" in text and "weir up: stopped." in text, text[-3000:]
         assert status(env)["state"] == "STOPPED"
         left = processes_of(home.root)
         assert not left, f"still running after Ctrl-C: {left}"
         assert not answers(kafka_port) and not answers(airflow_port)
-    finally:
-        if up.poll() is None:
-            os.kill(up.pid, signal.SIGTERM)
-            try:
-                up.wait(timeout=240)
-            except subprocess.TimeoutExpired:
-                os.killpg(up.pid, signal.SIGKILL)
-        for pid in processes_of(home.root):  # only what this test's up.sh started
-            try:
-                group = os.getpgid(pid)
-                if group != os.getpgid(0):
-                    os.killpg(group, signal.SIGKILL)
-            except ProcessLookupError:
-                pass

@@ -128,9 +128,9 @@ def pipeline_page(detail: dict[str, Any], *, airflow_root: str) -> str:
                                              "input_rows_per_second", "processed_rows_per_second",
                                              "batch_duration_ms", "watermark", "kafka_lag")]
                       for b in detail["batches"]])
-    events = _table(["time (UTC)", "action", "outcome", "actor", "reason"],
+    events = _table(["time (UTC)", "action", "outcome", "actor", "reason", "approval"],
                     [[_cell(e[k]) for k in ("event_time", "action", "outcome", "actor", "reason")]
-                     for e in detail["events"]])
+                     + [_approval(e.get("details"))] for e in detail["events"]])
     dq = _table(["table", "expectation", "severity", "success", "observed", "unexpected", "rows"],
                 [[_cell(r[k]) for k in ("table", "expectation", "severity", "success", "observed_value",
                                         "unexpected_count", "element_count")]
@@ -161,6 +161,15 @@ def pipeline_page(detail: dict[str, Any], *, airflow_root: str) -> str:
             f"<p><small>JSON: <a href='../api/pipelines/{quote(name)}'>api/pipelines/{escape(name)}</a>"
             f"</small></p>")
     return _page(f"Weir: {name}", body)
+
+
+def _approval(details: dict[str, Any] | None) -> str:
+    """Who approved (or rejected) an action and why, from its event (a restart's: its checkpoint's)."""
+    details = details or {}
+    approval = details.get("approval") or (details.get("checkpoint") or {}).get("approval")
+    if not approval or not approval.get("decision"):
+        return "–"
+    return escape(f"{approval['decision']} by {approval.get('by')}: {approval.get('reason') or ''}")
 
 
 def _backup_actions(pipeline: str, backup_id: str) -> str:
