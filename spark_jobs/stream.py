@@ -1,9 +1,16 @@
-"""The streaming driver of a pipeline: two queries, each exactly once through any crash.
+"""The streaming driver of a pipeline: its queries (`topology.queries_of`), each exactly once
+through any crash.
 
 - `ingest`: source → one foreachBatch that writes bronze, quarantine and silver, every write
   idempotent by record identity (see `tables`), so a replayed batch changes nothing;
 - `gold`: silver (a Delta stream) → watermarked event-time windows → upsert into gold, in update
-  mode, so a window is visible before it closes and late events within the watermark update it.
+  mode, so a window is visible before it closes and late events within the watermark update it;
+- `sessions` (when the catalog declares them): silver → keyed state with event-time timeouts
+  (`spark_jobs.sessions`) → upsert into the session table by session key.
+
+Before the queries start, the driver takes the pipeline's lease, claims each table it writes with
+its fencing token, and rebuilds gold and the session table from silver if their queries start
+without a checkpoint (`backfill.rebuild_from_silver`).
 
 `python -m spark_jobs.stream PIPELINE [--once]` is the spark-submit entry point; `weir run` calls
 the same `run`.
