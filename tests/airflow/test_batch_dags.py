@@ -246,10 +246,12 @@ def test_backfill_dag_emits_an_asset_event_per_replaced_table_with_its_dates(fed
     run = run_dag(f"{P}_backfill", run_conf={"date": day})
     assert run.state == "success", task_states(run)
     emitted = asset_events(run)
-    assert sorted(emitted) == ["gold.playback_qoe_1m", "quarantine.playback_events", "silver.playback_events"]
+    outlets = {"silver": "silver.playback_events", "quarantine": "quarantine.playback_events",
+               "gold": "gold.playback_qoe_1m", "sessions": "gold.playback_sessions"}
+    assert sorted(emitted) == sorted(outlets.values())
     [logged] = [e for e in events(fed.home, "backfill") if e["details"]["from"] == day]
-    for layer in ("silver", "quarantine", "gold"):
-        [extra] = [extra for name, extra in emitted.items() if name.startswith(f"{layer}.")]
+    for layer, name in outlets.items():
+        extra = emitted[name]
         assert (extra["pipeline"], extra["from"], extra["to"]) == (P, day, day), extra
         assert extra["changed"] is logged["details"][f"{layer}_replaced"], (extra, logged)
         assert extra["bronze_version"] == logged["details"]["bronze_version"], (extra, logged)
