@@ -1,5 +1,6 @@
 """The checkpoint tools know the sessions query's keyed state: a checkpoint from before it
-existed still passes the deploy gate and starts it, `inspect` shows its state rows and schema,
+existed still passes the deploy gate and starts it (its table rebuilt from silver, its state
+holding what arrives afterwards), `inspect` shows its state rows and schema,
 and `compat` refuses a changed state schema with the reason."""
 
 from __future__ import annotations
@@ -26,15 +27,22 @@ def test_sessions_state_is_inspected_and_a_changed_state_schema_is_refused(playb
     before = compat(spark, home, pipeline)
     assert before["verdict"] == "compatible", before["reasons"]
 
-    playback.run()      # the new query starts from silver's beginning
+    # the new query's table is rebuilt from silver in batch, and the query starts after it
+    playback.run()
     silver = table(spark, playback.tables.silver)
     sessions = table(spark, playback.tables.sessions)
-    expected = silver.select("session_id").distinct().count()
-    assert sessions.count() == sessions.select("session_id").distinct().count() == expected
+    rebuilt = {r[0] for r in silver.select("session_id").distinct().collect()}
+    assert sessions.count() == sessions.select("session_id").distinct().count() == len(rebuilt)
 
+    # sessions that arrive afterwards are kept in the query's keyed state
+    playback.land("b", hour=1, files=1)
+    playback.run()
+    streamed = {r[0] for r in table(spark, playback.tables.silver).select("session_id").distinct()
+                .collect()} - rebuilt
+    assert streamed
     [operator] = inspect(home, pipeline, spark)["queries"]["sessions"]["state_operators"]
     state = operator["state_variables"]["session"]
-    assert state["rows"] == expected, operator      # no session is a gap past the watermark yet
+    assert state["rows"] == len(streamed), operator      # none of them is a gap past the watermark yet
     assert state["key_schema"] == "struct<session_id:string>"
     assert "first_ms:bigint" in state["value_schema"] and "timed_out:boolean" in state["value_schema"]
     assert compat(spark, home, pipeline)["verdict"] == "compatible"
