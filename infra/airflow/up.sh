@@ -183,7 +183,11 @@ if [ "$PROFILE" = kafka ]; then
   grep -q '"records"' "$WEIR_HOME/logs/producer.log" \
     || { echo "the producer published nothing; see $WEIR_HOME/logs/producer.log"; exit 1; }
 fi
-"$VENV_BIN/airflow" dags unpause "${PIPELINE}_stream" >/dev/null
+# The stream, and the on-call DAGs that run only when someone triggers them (from the cockpit or
+# Airflow's UI): an action must not sit queued behind a paused DAG at 3 a.m. Scheduled batch DAGs
+# (back-fill, DQ, backups, maintenance) stay paused until you switch them on.
+"$VENV_BIN/airflow" dags unpause --treat-dag-id-as-regex --yes \
+  "^${PIPELINE}_(stream|stop|restart|checkpoint|refresh)\$" >/dev/null
 "$VENV_BIN/airflow" dags trigger "${PIPELINE}_stream" >/dev/null
 echo "weir up: ${PIPELINE}_stream triggered (deploys the stream, or adopts a live driver)."
 
