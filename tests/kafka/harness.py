@@ -120,12 +120,6 @@ class Driver:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
 
-def delta_version(table: Path) -> int:
-    """The latest committed version of a Delta table (-1 when none), read from its log folder."""
-    versions = [int(p.stem) for p in (table / "_delta_log").glob("*.json") if p.stem.isdigit()]
-    return max(versions, default=-1)
-
-
 def delta_row_count(table: Path) -> int:
     """Rows in the latest version of a Delta table, from the file statistics in its JSON log
     (no JVM: the test can poll a table a driver is writing without competing for the cores)."""
