@@ -33,7 +33,7 @@ from spark_jobs.errors import UserError
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables, ensure_tables, read_dimension
 from spark_jobs.quality import rules as row_rules
-from spark_jobs.tables import Fencing, reconcile, retry_conflicts, save_fenced, sql_literal
+from spark_jobs.tables import Fencing, commit_nothing, reconcile, retry_conflicts, save_fenced, sql_literal
 from spark_jobs.topology import has_started, queries_of
 
 if TYPE_CHECKING:
@@ -215,13 +215,16 @@ def rebuild_from_silver(spark: SparkSession, pipeline: Pipeline, home: WeirHome,
     (`queries.starting_version`). Re-reading an existing silver as a stream would take it in file
     order, and rows older than its first batch's watermark would be dropped as late: windows and
     sessions upserted with partial measures. Returns query → V for the tables rebuilt."""
+    fresh = [q for q in queries.FROM_SILVER
+             if q in queries_of(pipeline) and not has_started(home, pipeline, q)]
+    if not fresh:
+        return {}
+    # one version and one scan of it for every table rebuilt (the caller holds the lease)
+    version = latest_version(spark, tables.silver)
+    silver = spark.read.format("delta").option("versionAsOf", version).load(str(tables.silver))
+    through = silver.agg(F.unix_millis(F.max(F.col(pipeline.event_time).cast("timestamp")))).first()[0]
     rebuilt = {}
-    for query in queries.FROM_SILVER:
-        if query not in queries_of(pipeline) or has_started(home, pipeline, query):
-            continue
-        version = latest_version(spark, tables.silver)
-        silver = spark.read.format("delta").option("versionAsOf", version).load(str(tables.silver))
-        through = silver.agg(F.unix_millis(F.max(F.col(pipeline.event_time).cast("timestamp")))).first()[0]
+    for query in fresh:
         rows = (transforms.aggregate(silver, pipeline) if query == "gold" else
                 sessions.batch_rows(silver, pipeline, sessions.watermark_horizon(silver, pipeline)))
         marker = json.dumps({queries.REBUILT_FROM: version, queries.REBUILT_THROUGH: through})
@@ -235,11 +238,10 @@ def rebuild_from_silver(spark: SparkSession, pipeline: Pipeline, home: WeirHome,
         log.info("%s: %s rebuilt from silver version %d; the %s query starts after it",
                  pipeline.name, path.name, version, query)
         rebuilt[query] = version
-    if rebuilt and latest_version(spark, tables.silver) == max(rebuilt.values()):
+    if latest_version(spark, tables.silver) == version:
         # The queries start at V+1, which must exist: Delta refuses a future version, and `latest`
         # (resolved only at a query's first batch) would skip a commit made in between.
-        empty = spark.read.format("delta").load(str(tables.silver)).limit(0)
-        save_fenced(empty.write.format("delta").mode("append"), tables.silver, fencing)
+        commit_nothing(spark, tables.silver, fencing)
     return rebuilt
 
 

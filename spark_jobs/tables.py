@@ -84,8 +84,7 @@ class Fencing:
         conflicts and fails, instead of landing later between this holder's own commits."""
         for path in paths:
             if (path / "_delta_log").is_dir():
-                empty = spark.read.format("delta").load(str(path)).limit(0)
-                self.save(empty.write.format("delta").mode("append"), path)
+                commit_nothing(spark, path, self)
 
     def landed(self, path: Path, version: int) -> None:
         """Raise `FencedWriteError` unless the table's last commit under the token is `version`:
@@ -121,6 +120,13 @@ def save_fenced(writer: DataFrameWriter, path: Path, fencing: Fencing | None) ->
         writer.save(str(path))
     else:
         fencing.save(writer, path)
+
+
+def commit_nothing(spark: SparkSession, path: Path, fencing: Fencing | None) -> None:
+    """An append of no rows to `path`: a new table version that changes no data (a lease claim,
+    a version for a query to start at), carrying the holder's token."""
+    empty = spark.read.format("delta").load(str(path)).limit(0)
+    save_fenced(empty.write.format("delta").mode("append"), path, fencing)
 
 
 def _dml(spark: SparkSession, path: Path, statement: Callable[[], None],
