@@ -27,6 +27,11 @@ BASE_CONF = {
     "spark.databricks.delta.schema.autoMerge.enabled": "false",
     "spark.databricks.delta.retentionDurationCheck.enabled": "true",
     "spark.sql.shuffle.partitions": "4",
+    # HotSpot does not JIT-compile a method of more than 8000 bytes of bytecode: a fused stage
+    # larger than that (the contract's checks of a wide event are) would run interpreted, several
+    # times slower than the same expressions evaluated stage by stage. Spark's documented setting
+    # for HotSpot.
+    "spark.sql.codegen.hugeMethodLimit": "8000",
     # Delta rebuilds a table's state (a Spark job) around every commit, in 50 tasks by default —
     # sized for tables of millions of files. A stream commits small batches several times a
     # micro-batch: a few tasks per core are plenty, and 50 cost each commit seconds on two cores.

@@ -98,12 +98,11 @@ class IngestBatch:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         fence(self.pipeline.name)
         p, t, token = self.pipeline, self.tables, fencing(self.pipeline.name)
-        started = time.monotonic()
-        # stored in bronze so that a back-fill reads only the files of its dates
-        batch = batch.withColumn(transforms.EVENT_DATE_HINT, transforms.event_date_hint(p)).persist()
+        steps = StepTimes()
+        # One pass over the source: bronze is written from the parsed batch, which carries it.
         parsed = row_rules.with_rules(transforms.parse(batch, p), self.rules).persist()
         try:
-            summary = BatchSummary.of(parsed, p, self.rules)
+            summary = steps.time("read+parse+summary", lambda: BatchSummary.of(parsed, p, self.rules))
             if not summary.sources:
                 return
             row_rules.check(summary.rule_counts, self.rules, pipeline=p.name, batch_id=batch_id)
@@ -112,8 +111,9 @@ class IngestBatch:
             # Bronze before silver: the back-fill re-derives silver from bronze, so a silver row
             # committed ahead of its bronze row could be erased by a back-fill reading bronze in
             # between. Quarantine and the silver rows' preparation do not depend on bronze.
-            first = {"bronze": lambda: append_new(batch, t.bronze, transforms.BRONZE_KEY,
-                                                  prune=by_source, fencing=token)}
+            first = {"bronze": lambda: append_new(transforms.bronze_rows(parsed, p), t.bronze,
+                                                  transforms.BRONZE_KEY, prune=by_source,
+                                                  fencing=token)}
             if summary.rejects:
                 # a MERGE, not an append: a back-fill may be inserting the same lines' rows (it
                 # reads bronze, which commits beside this), and only a MERGE conflicts with that
@@ -124,23 +124,47 @@ class IngestBatch:
                 # A MERGE source must not change its cached parts while the MERGE runs (Delta
                 # checks); a local checkpoint makes it a leaf nothing else can touch.
                 first["silver rows"] = lambda: transforms.silver(
-                    parsed, read_dimension(batch.sparkSession, t), p).localCheckpoint()
-            done = run_concurrently(first, what=f"{p.name} ingest batch {batch_id}")
+                    parsed, read_dimension(parsed.sparkSession, t), p).localCheckpoint()
+            done = run_concurrently(steps.timed(first), what=f"{p.name} ingest batch {batch_id}")
             if summary.dates:
                 rows = done["silver rows"]
                 # an event resent with another event time stands under another date already
-                dates = {*summary.dates, *partitions_holding(rows, t.silver, (p.key,), "event_date")}
-                insert_new(rows, t.silver, (p.key,), prune=in_list("event_date", sorted(dates)),
-                           fencing=token)
+                dates = {*summary.dates, *steps.time("silver dates held", lambda: partitions_holding(
+                    rows, t.silver, (p.key,), "event_date"))}
+                steps.time("silver", lambda: insert_new(
+                    rows, t.silver, (p.key,), prune=in_list("event_date", sorted(dates)), fencing=token))
             # A write the fencing token made Delta skip (a newer holder committed) is loud here,
             # before Spark records the batch as done.
             fence(p.name)
-            log.info("%s ingest batch %d: %d source(s), %d reject(s), %d date(s) written in %.1fs",
+            log.info("%s ingest batch %d: %d source(s), %d reject(s), %d date(s) written in %.1fs (%s)",
                      p.name, batch_id, len(summary.sources), summary.rejects, len(summary.dates),
-                     time.monotonic() - started)
+                     steps.elapsed(), steps)
         finally:
             parsed.unpersist()
-            batch.unpersist()
+
+
+class StepTimes:
+    """How long each step of a micro-batch took (steps run side by side overlap), for its log line."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.seconds: dict[str, float] = {}
+
+    def time(self, step: str, action: Callable[[], T]) -> T:
+        began = time.monotonic()
+        try:
+            return action()
+        finally:
+            self.seconds[step] = time.monotonic() - began
+
+    def timed(self, actions: dict[str, Callable[[], T]]) -> dict[str, Callable[[], T]]:
+        return {name: functools.partial(self.time, name, action) for name, action in actions.items()}
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def __str__(self) -> str:
+        return ", ".join(f"{step} {s:.1f}s" for step, s in self.seconds.items())
 
 
 def run_concurrently(actions: dict[str, Callable[[], T]], *, what: str) -> dict[str, T]:

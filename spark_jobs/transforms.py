@@ -9,6 +9,8 @@ fails (not only the first), so a quarantined line tells the whole story at once.
 
 from __future__ import annotations
 
+import functools
+import operator
 from typing import TYPE_CHECKING
 
 from pyspark.sql import Column, DataFrame
@@ -33,6 +35,10 @@ JSON_LINE_REASON = "weir_json_line_reason"
 CORRUPT = "_corrupt_record"
 REASON = "_reject_reason"
 LINEAGE = ("_source", "_position", "_ingest_time")
+# The bronze columns a parse carries unchanged so that bronze is written from the parsed batch
+# (one pass over the source): where a Kafka record came from, and the ingest date.
+CARRIED = "_carried"
+CARRIED_COLUMNS = ("topic", "partition", "offset", "kafka_timestamp", "ingest_date")
 ISO_8601 = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}(:?\d{2})?)$"
 INTEGER = r"^-?\d+$"
 NUMBER = r"^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$"
@@ -66,24 +72,35 @@ def _raw_schema(pipeline: Pipeline) -> StructType:
     )
 
 
-def _field_reasons(f: Field) -> tuple[list[Column], Column]:
-    """(reasons this field can give, its typed value) for one contract field."""
+def _field_checks(f: Field, i: int) -> dict[str, Column]:
+    """The expensive tests of one contract field (presence, the pattern, the typed value), each
+    computed once per row as its own column: reused by the typed value and by every reason."""
     raw = F.col(f"_raw.{f.name}")
-    present = raw.isNotNull() & (F.trim(raw) != "")
+    checks = {f"_present{i}": raw.isNotNull() & (F.trim(raw) != "")}
+    if f.type == "timestamp":
+        checks[f"_shape{i}"] = raw.rlike(ISO_8601)
+    elif f.type in ("integer", "number"):
+        checks[f"_shape{i}"] = raw.rlike(INTEGER if f.type == "integer" else NUMBER)
+    return checks
+
+
+def _field_reasons(f: Field, i: int) -> tuple[list[Column], Column]:
+    """(reasons this field can give, its typed value) for one contract field, over the columns of
+    `_field_checks`."""
+    raw = F.col(f"_raw.{f.name}")
+    present = F.col(f"_present{i}")
     reasons: list[Column] = []
     if f.required:
         reasons.append(F.when(~present, F.lit(f"missing field {f.name}")))
     if f.type == "string":
         typed = F.when(present, raw)
     elif f.type == "timestamp":
-        ok = raw.rlike(ISO_8601)
-        typed = F.when(present & ok, F.try_to_timestamp(raw))
+        typed = F.col(f"_typed{i}")
         reasons.append(F.when(present & typed.isNull(),
                               F.concat(F.lit(f"bad timestamp {f.name}: "), raw)))
     else:
-        pattern, sql_type = (INTEGER, "bigint") if f.type == "integer" else (NUMBER, "double")
-        well_formed = raw.rlike(pattern)
-        typed = F.when(present & well_formed, F.expr(f"try_cast(_raw.`{f.name}` AS {sql_type})"))
+        well_formed = F.col(f"_shape{i}")
+        typed = F.col(f"_typed{i}")
         reasons.append(F.when(present & ~well_formed,
                               F.concat(F.lit(f"{f.name} is not {'an' if f.type == 'integer' else 'a'} "
                                              f"{f.type}: "), raw)))
@@ -103,6 +120,18 @@ def _field_reasons(f: Field) -> tuple[list[Column], Column]:
     return reasons, typed
 
 
+def _typed(f: Field, i: int) -> Column | None:
+    """The typed value of a timestamp or numeric field, from its checks (null unless present and
+    well-formed); strings need none."""
+    raw, ok = F.col(f"_raw.{f.name}"), F.col(f"_present{i}") & F.col(f"_shape{i}")
+    if f.type == "timestamp":
+        return F.when(ok, F.try_to_timestamp(raw))
+    if f.type in ("integer", "number"):
+        sql_type = "bigint" if f.type == "integer" else "double"
+        return F.when(ok, F.expr(f"try_cast(_raw.`{f.name}` AS {sql_type})"))
+    return None
+
+
 def _ahead_of_ingest(event_time: Column, f: Field, pipeline: Pipeline) -> Column:
     """The reason for an event stamped more than the catalog's tolerance ahead of its ingest time
     (the micro-batch's, replayed unchanged, so the stream and a back-fill judge alike)."""
@@ -117,47 +146,70 @@ def _num(x: float) -> str:
 
 
 def parse(bronze: DataFrame, pipeline: Pipeline) -> DataFrame:
-    """Bronze rows → lineage, raw text, typed contract fields and `_reject_reason` (null = valid)."""
+    """Bronze rows → lineage, raw text, typed contract fields and `_reject_reason` (null = valid).
+
+    Built in stages, each a projection of the one before: the JSON parse and the line's own
+    verdict; each field's tests; the typed values; the reasons. Spark keeps a projection whose
+    costly expressions are used more than once apart from the next, so a regex or a cast runs once
+    per row and field, not once per reason that mentions it."""
     value = F.col("value")
+    structural = (
+        F.when(value.isNull() | (F.trim(value) == ""), F.lit("empty line"))
+        .when(F.length(value) > MAX_RECORD_CHARS,
+              F.lit(f"record larger than {MAX_RECORD_CHARS} characters"))
+        .when(F.col("raw_bytes").isNotNull(), F.lit("invalid UTF-8"))
+        .otherwise(F.call_function(JSON_LINE_REASON, value))
+    )
     parsed = bronze.select(
         F.col("source").alias("_source"),
         F.col("position").alias("_position"),
         F.col("ingest_time").alias("_ingest_time"),
         F.col("raw_bytes").alias("_raw_bytes"),
         value,
+        F.struct(*CARRIED_COLUMNS).alias(CARRIED),
         F.from_json(value, _raw_schema(pipeline),
                     {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}).alias("_raw"),
+        structural.alias("_structural"),
     )
+    fields = list(enumerate(pipeline.fields))
+    checks = {name: c for i, f in fields for name, c in _field_checks(f, i).items()}
+    parsed = parsed.select("*", *[c.alias(name) for name, c in checks.items()])
+    typed = {f"_typed{i}": t for i, f in fields if (t := _typed(f, i)) is not None}
+    parsed = parsed.select("*", *[c.alias(name) for name, c in typed.items()])
     typed_cols, field_reasons = [], []
-    for f in pipeline.fields:
-        reasons, typed = _field_reasons(f)
+    for i, f in fields:
+        reasons, value_of = _field_reasons(f, i)
         field_reasons.extend(reasons)
         if f.name == pipeline.event_time:
-            field_reasons.append(_ahead_of_ingest(typed, f, pipeline))
-        typed_cols.append(typed.alias(f.name))
-    structural = (
-        F.when(value.isNull() | (F.trim(value) == ""), F.lit("empty line"))
-        .when(F.length(value) > MAX_RECORD_CHARS,
-              F.lit(f"record larger than {MAX_RECORD_CHARS} characters"))
-        .when(F.col("_raw_bytes").isNotNull(), F.lit("invalid UTF-8"))
-        .otherwise(F.call_function(JSON_LINE_REASON, value))
-    )
-    structural = F.coalesce(structural, F.when(
+            field_reasons.append(_ahead_of_ingest(value_of, f, pipeline))
+        typed_cols.append(value_of.alias(f.name))
+    structural = F.coalesce(F.col("_structural"), F.when(
         F.col(f"_raw.{CORRUPT}").isNotNull() | F.col("_raw").isNull(), F.lit("malformed JSON")))
-    reason = F.coalesce(structural, F.nullif(F.concat_ws("; ", *field_reasons), F.lit("")))
-    return parsed.select(*LINEAGE, "value", "_raw_bytes", *typed_cols, reason.alias(REASON))
+    # Most rows are valid: their verdict is a test per reason, and the text is built only for a
+    # reject.
+    failing = functools.reduce(operator.or_, [r.isNotNull() for r in field_reasons], F.lit(False))
+    reason = F.coalesce(structural, F.when(failing, F.concat_ws("; ", *field_reasons)))
+    return parsed.select(*LINEAGE, "value", "_raw_bytes", CARRIED, *typed_cols, reason.alias(REASON))
 
 
-def event_date_hint(pipeline: Pipeline) -> Column:
-    """The date a back-fill files a bronze row's line under: the UTC date of its event time as the
-    contract parses it (the same test and parse as `_field_reasons`), else its ingest date (a line
-    without a usable event time can only be a reject). Null when the event time is not a contract
-    timestamp: a back-fill then reads such lines whatever its dates."""
+def bronze_rows(parsed: DataFrame, pipeline: Pipeline) -> DataFrame:
+    """The bronze rows of a parsed batch (`parse`), as stored (`BRONZE_TABLE_SCHEMA`)."""
+    carried = {c: F.col(f"{CARRIED}.{c}") for c in CARRIED_COLUMNS}
+    columns = {"value": F.col("value"), "source": F.col("_source"), "position": F.col("_position"),
+               "ingest_time": F.col("_ingest_time"), "raw_bytes": F.col("_raw_bytes"), **carried,
+               EVENT_DATE_HINT: event_date_hint(pipeline, carried["ingest_date"])}
+    return parsed.select(*[columns[f.name].alias(f.name) for f in BRONZE_TABLE_SCHEMA.fields])
+
+
+def event_date_hint(pipeline: Pipeline, ingest_date: Column) -> Column:
+    """The date a back-fill files a bronze row's line under, over a parsed batch: the UTC date of
+    its event time as the contract parses it, else its ingest date (a line without a usable event
+    time can only be a reject). Null when the event time is not a contract timestamp: a back-fill
+    then reads such lines whatever its dates."""
     field = next((f for f in pipeline.fields if f.name == pipeline.event_time), None)
     if field is None or field.type != "timestamp":
         return F.lit(None).cast(DateType())
-    raw = F.from_json(F.col("value"), StructType([StructField(field.name, StringType())]))[field.name]
-    return F.coalesce(F.to_date(F.when(raw.rlike(ISO_8601), F.try_to_timestamp(raw))), F.col("ingest_date"))
+    return F.coalesce(F.to_date(pipeline.event_time), ingest_date)
 
 
 def rejects(parsed: DataFrame) -> DataFrame:
@@ -174,7 +226,7 @@ def rejects(parsed: DataFrame) -> DataFrame:
 
 
 def valid(parsed: DataFrame) -> DataFrame:
-    return parsed.where(F.col(REASON).isNull()).drop(REASON, "value", "_raw_bytes")
+    return parsed.where(F.col(REASON).isNull()).drop(REASON, "value", "_raw_bytes", CARRIED)
 
 
 def derive(events: DataFrame, pipeline: Pipeline) -> DataFrame:

@@ -47,7 +47,7 @@ def bronze_of_days(spark: SparkSession) -> tuple[DataFrame, set[str]]:
         rows += [(line, f"file:///landing/day{d}.jsonl", i + 1, None, None, None, None, ingest, day, None)
                  for i, line in enumerate(lines)]
     bronze = spark.createDataFrame(rows, transforms.BRONZE_SCHEMA)
-    return bronze.withColumn(transforms.EVENT_DATE_HINT, transforms.event_date_hint(playback())), late_day_ids
+    return transforms.bronze_rows(transforms.parse(bronze, playback()), playback()), late_day_ids
 
 
 def scanned(df: DataFrame) -> tuple[int, int]:
@@ -105,9 +105,9 @@ def test_event_date_hint_is_the_event_date_silver_gets(spark):
              event("c", dt.date(2026, 11, 19)).replace("T12:00:00Z", "T23:30:00-02:00"),
              event("d", dt.date(2026, 11, 19)).replace("2026-11-19T12:00:00Z", "19/11/2026"),
              '{"event_id": "broken", ', "[1, 2]", ""]
-    bronze = spark.createDataFrame(
+    bronze = transforms.bronze_rows(transforms.parse(spark.createDataFrame(
         [(line, "f", i, None, None, None, None, ingest, ingest.date(), None) for i, line in enumerate(lines)],
-        transforms.BRONZE_SCHEMA).withColumn(transforms.EVENT_DATE_HINT, transforms.event_date_hint(pipeline))
+        transforms.BRONZE_SCHEMA), pipeline), pipeline)
     parsed = transforms.parse(bronze, pipeline).withColumn("event_date", transforms.event_date(pipeline))
     got = {r._position: (r.event_date, r.hint) for r in parsed.join(
         bronze.select(F.col("position").alias("_position"), F.col(transforms.EVENT_DATE_HINT).alias("hint")),
