@@ -79,7 +79,7 @@ class FileSource:
     at most `max_bytes_per_partition`. Memory is bounded by these, never by the input's size."""
 
     kind: Literal["files"] = "files"
-    max_bytes_per_trigger: int = 64 << 20
+    max_bytes_per_trigger: int = 128 << 20
     max_files_per_trigger: int | None = None
     max_bytes_per_partition: int = 16 << 20
 
