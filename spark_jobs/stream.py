@@ -43,7 +43,15 @@ from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables, ensure_tables, read_dimension
 from spark_jobs.quality import rules as row_rules
 from spark_jobs.session import build_session
-from spark_jobs.tables import Fencing, append_new, in_list, insert_new, partitions_holding, upsert
+from spark_jobs.tables import (
+    Fencing,
+    append_new,
+    in_list,
+    insert_new,
+    keys_not_broadcast,
+    partitions_holding,
+    upsert,
+)
 from spark_jobs.topology import checkpoint_location, queries_of, query_name
 
 if TYPE_CHECKING:
@@ -128,11 +136,13 @@ class IngestBatch:
             done = run_concurrently(steps.timed(first), what=f"{p.name} ingest batch {batch_id}")
             if summary.dates:
                 rows = done["silver rows"]
-                # an event resent with another event time stands under another date already
-                dates = {*summary.dates, *steps.time("silver dates held", lambda: partitions_holding(
-                    rows, t.silver, (p.key,), "event_date"))}
-                steps.time("silver", lambda: insert_new(
-                    rows, t.silver, (p.key,), prune=in_list("event_date", sorted(dates)), fencing=token))
+                with keys_not_broadcast(rows.sparkSession):
+                    # an event resent with another event time stands under another date already
+                    dates = {*summary.dates, *steps.time("silver dates held", lambda: partitions_holding(
+                        rows, t.silver, (p.key,), "event_date"))}
+                    steps.time("silver", lambda: insert_new(
+                        rows, t.silver, (p.key,), prune=in_list("event_date", sorted(dates)),
+                        fencing=token))
             # A write the fencing token made Delta skip (a newer holder committed) is loud here,
             # before Spark records the batch as done.
             fence(p.name)

@@ -22,6 +22,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
@@ -233,12 +234,28 @@ def partitions_holding(df: DataFrame, path: Path, key: Sequence[str], partition:
     """The values of `partition` under which the table at `path` holds a key of `df`. Reads only
     the key and partition columns: where an event already stands when its new copy would fall
     under another partition (an event resent with another event time)."""
-    from pyspark.sql import functions as F
-
     table = df.sparkSession.read.format("delta").load(str(path))
-    keys = F.broadcast(df.select(*key).distinct())
+    keys = df.select(*key).distinct()
     held = table.select(*key, partition).join(keys, on=list(key), how="left_semi")
     return [row[0] for row in held.select(partition).distinct().collect()]
+
+
+@contextmanager
+def keys_not_broadcast(spark: SparkSession) -> Iterator[None]:
+    """Joins planned meanwhile on `spark` broadcast no side by its estimated size. A join against
+    the keys of a large table (the dedupe of a batch against silver) must not be planned as a
+    broadcast: Spark estimates a column's share of a Delta table's size from default widths, so a
+    key column of millions of rows can look small, and building its hash table then fails the
+    batch ("Not enough memory to build and broadcast the table"). Explicit broadcast hints (the
+    dimension) still apply. The conf is the session's: use it where no other thread plans meanwhile
+    (each streaming query has a session of its own)."""
+    key = "spark.sql.autoBroadcastJoinThreshold"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "-1")
+    try:
+        yield
+    finally:
+        spark.conf.set(key, before)
 
 
 def upsert(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | None = None,
