@@ -9,8 +9,6 @@ fails (not only the first), so a quarantined line tells the whole story at once.
 
 from __future__ import annotations
 
-import functools
-import operator
 from typing import TYPE_CHECKING
 
 from pyspark.sql import Column, DataFrame
@@ -73,8 +71,8 @@ def _raw_schema(pipeline: Pipeline) -> StructType:
 
 
 def _field_checks(f: Field, i: int) -> dict[str, Column]:
-    """The expensive tests of one contract field (presence, the pattern, the typed value), each
-    computed once per row as its own column: reused by the typed value and by every reason."""
+    """The costly tests of one contract field (presence, the pattern), each computed once per row
+    as its own column: reused by the typed value (`_typed`) and by every reason."""
     raw = F.col(f"_raw.{f.name}")
     checks = {f"_present{i}": raw.isNotNull() & (F.trim(raw) != "")}
     if f.type == "timestamp":
@@ -185,10 +183,7 @@ def parse(bronze: DataFrame, pipeline: Pipeline) -> DataFrame:
         typed_cols.append(value_of.alias(f.name))
     structural = F.coalesce(F.col("_structural"), F.when(
         F.col(f"_raw.{CORRUPT}").isNotNull() | F.col("_raw").isNull(), F.lit("malformed JSON")))
-    # Most rows are valid: their verdict is a test per reason, and the text is built only for a
-    # reject.
-    failing = functools.reduce(operator.or_, [r.isNotNull() for r in field_reasons], F.lit(False))
-    reason = F.coalesce(structural, F.when(failing, F.concat_ws("; ", *field_reasons)))
+    reason = F.coalesce(structural, F.nullif(F.concat_ws("; ", *field_reasons), F.lit("")))
     return parsed.select(*LINEAGE, "value", "_raw_bytes", CARRIED, *typed_cols, reason.alias(REASON))
 
 
