@@ -40,8 +40,9 @@ Output schema (``LandingDataSource.schema()``)::
 same identities (the digest is of the content), so a replayed batch can be deduplicated by it.
 
 Options (case-insensitive): ``path`` (the landing folder, or ``load(path)``), ``manifest``
-(required), ``maxBytesPerTrigger`` (default 64 MiB), ``maxBytesPerPartition`` (16 MiB),
-``maxFilesPerTrigger`` (none), ``maxRowsPerBatch`` (Arrow batch rows sent to the JVM, 32768).
+(required), ``maxBytesPerTrigger`` (default 128 MiB, as `catalog.FileSource`),
+``maxBytesPerPartition`` (16 MiB), ``maxFilesPerTrigger`` (none), ``maxRowsPerBatch`` (Arrow
+batch rows sent to the JVM, 32768).
 
 A checkpoint reset seeds a fresh manifest (`seed`): the files to skip as entries, and a
 ``start.json`` naming the first entry to read, which ``initialOffset`` starts from.
@@ -80,7 +81,7 @@ from spark_jobs.landing_manifest import (
 )
 
 NAME = "weir_landing"
-DEFAULT_MAX_BYTES_PER_TRIGGER = 64 << 20
+DEFAULT_MAX_BYTES_PER_TRIGGER = 128 << 20
 DEFAULT_MAX_BYTES_PER_PARTITION = 16 << 20
 DEFAULT_MAX_ROWS_PER_BATCH = 32768
 _BOM = b"\xef\xbb\xbf"
