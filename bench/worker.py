@@ -2,7 +2,7 @@
 protocol between the harness and a measurement. It prints exactly one JSON line on stdout, the
 result (with `label`, and `error` when the run failed); logs go to stderr.
 
-WORKLOAD is one of `bench.workloads` (ARGS_JSON: a `Spec`), `kafka`, `recovery` or `dq` (the
+WORKLOAD is one of `bench.workloads` (ARGS_JSON: a `Spec`), `recovery` or `dq` (the
 measurement modules of the same names; ARGS_JSON: {"label", "workdir", "quick"}), or `dag_parse`
 (ARGS_JSON: {"label", "repeats"}).
 """
@@ -23,7 +23,7 @@ from bench import dag_parse, workloads
 
 log = logging.getLogger("bench.worker")
 # Measurements that own their set-up (broker, Airflow, data) behind `measure(quick=, workdir=)`.
-MODULES = {"kafka": "bench.kafka_throughput", "recovery": "bench.recovery", "dq": "bench.dq_cost"}
+MODULES = {"recovery": "bench.recovery", "dq": "bench.dq_cost"}
 NAMES = (*workloads.SPARK_WORKLOADS, *workloads.PROCESS_WORKLOADS, *MODULES, "dag_parse")
 
 

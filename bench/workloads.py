@@ -44,6 +44,7 @@ from bench.datasets import Dataset, link_into
 from spark_jobs import catalog
 from spark_jobs.catalog import Pipeline
 from spark_jobs.home import REPO_ROOT, WeirHome
+from spark_jobs.layers import PipelineTables
 from spark_jobs.topology import query_name
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 PIPELINE = "playback"
+KAFKA_PIPELINE = "playback_kafka"      # the same contract and transforms, reading a Kafka topic
 MASTER = "local[2]"
 Result = dict[str, Any]
 
@@ -310,6 +312,33 @@ def bare_steady_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) 
             "rows": exactly_once(root / "events", None, data.lines)}
 
 
+def bare_kafka_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
+    """The hand-written Kafka job over the dataset's lines already on the broker:
+    `readStream.format("kafka") → from_json → Delta append`, `availableNow`, as many offsets per
+    micro-batch as the platform's catalog entry takes."""
+    from pyspark.sql import functions as F
+
+    root = fresh_home(spec, name).root / "bare"
+    parsed = (spark.readStream.format("kafka")
+              .option("kafka.bootstrap.servers", str(spec.params["bootstrap"]))
+              .option("subscribe", str(spec.params["topic"]))
+              .option("startingOffsets", "earliest")
+              .option("maxOffsetsPerTrigger", str(spec.params["max_offsets"])).load()
+              .select(F.from_json(F.col("value").cast("string"), bare_schema(playback())).alias("e"))
+              .select("e.*"))
+    started_wall, started = time.time(), time.monotonic()
+    query = (parsed.writeStream.format("delta").outputMode("append").trigger(availableNow=True)
+             .option("checkpointLocation", str(root / "checkpoint")).queryName("bare_kafka")
+             .start(str(root / "events")))
+    run_stream(query)
+    batches = batches_of(query.recentProgress)
+    return {"seconds": time.monotonic() - started, "wall_events_per_s":
+            data.lines / (time.monotonic() - started), **span_of(batches, data.lines),
+            "max_offsets_per_trigger": spec.params["max_offsets"],
+            "time_split_ms": time_split(batches), "timeline": timeline(root / "events", started_wall),
+            "rows": exactly_once(root / "events", None, data.lines)}
+
+
 def backfill_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
     from delta.tables import DeltaTable
 
@@ -487,11 +516,13 @@ def quantile(values: list[float], q: float) -> float | None:
 
 # --- the platform as deployed: `weir run` in its own driver process -------------------------------
 
-def weir_driver(home: WeirHome, log_path: Path, *, once: bool) -> subprocess.Popen[bytes]:
-    """`weir run playback [--once]` on `home`, its output in `log_path`."""
+def weir_driver(home: WeirHome, log_path: Path, *, once: bool, pipeline: str = PIPELINE,
+                env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """`weir run <pipeline> [--once]` on `home` (and `env` on top of this process's environment),
+    its output in `log_path`."""
     env = {**os.environ, "WEIR_HOME": str(home.root), "WEIR_SPARK_MASTER": MASTER,
-           "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
-    command = [sys.executable, "-m", "spark_jobs.cli", "run", PIPELINE, *(["--once"] if once else [])]
+           "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable), **(env or {})}
+    command = [sys.executable, "-m", "spark_jobs.cli", "run", pipeline, *(["--once"] if once else [])]
     with log_path.open("wb") as out:
         return subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
 
@@ -508,8 +539,9 @@ def driver_log(spec: Spec, name: str) -> Path:
     return Path(spec.workdir).parent / f"driver-{name}.log"
 
 
-def driver_progress(home: WeirHome, query: str) -> list[Batch]:
-    """The batches with input of `query`, from the driver's `stream_progress` table (delta-rs)."""
+def driver_progress(home: WeirHome, query: str, pipeline: str = PIPELINE) -> list[Batch]:
+    """The batches with input of `pipeline`'s `query`, from the driver's `stream_progress` table
+    (delta-rs)."""
     from deltalake import DeltaTable
 
     from spark_jobs.control.progress import table_path
@@ -517,7 +549,7 @@ def driver_progress(home: WeirHome, query: str) -> list[Batch]:
     if not (table_path(home) / "_delta_log").is_dir():
         return []
     rows = DeltaTable(str(table_path(home))).to_pyarrow_table().to_pylist()
-    name = query_name(playback(), query)
+    name = query_name(catalog.load(pipeline), query)
     return sorted((Batch(r["progress_at"].timestamp(),
                          r["progress_at"].timestamp() + (r["batch_duration_ms"] or 0) / 1000.0,
                          int(r["num_input_rows"]), json.loads(r["durations_ms"] or "{}"))
@@ -526,13 +558,26 @@ def driver_progress(home: WeirHome, query: str) -> list[Batch]:
 
 
 def platform_once(spec: Spec, data: Dataset, name: str) -> Result:
-    """`weir run playback --once` over the dataset as a backlog: landing → silver (the ingest
-    query's batches) and landing → gold (from the ingest's first batch to gold's last)."""
+    """`weir run playback --once` over the dataset as a backlog in the landing folder."""
     home = fresh_home(spec, name)
     link_into(data, home.landing(PIPELINE))
+    return platform_backlog(spec, data, name, home, PIPELINE)
+
+
+def platform_kafka_once(spec: Spec, data: Dataset, name: str) -> Result:
+    """`weir run playback_kafka --once` over the dataset's lines already on the broker (the
+    catalog entry as deployed: only the bootstrap servers come from the environment)."""
+    return platform_backlog(spec, data, name, fresh_home(spec, name), KAFKA_PIPELINE,
+                            env={"WEIR_KAFKA_BOOTSTRAP_SERVERS": str(spec.params["bootstrap"])})
+
+
+def platform_backlog(spec: Spec, data: Dataset, name: str, home: WeirHome, pipeline: str,
+                     env: dict[str, str] | None = None) -> Result:
+    """`weir run <pipeline> --once` over a backlog of the dataset's lines: source → silver (the
+    ingest query's batches) and source → gold (from the ingest's first batch to gold's last)."""
     log_path = driver_log(spec, name)
     started = time.monotonic()
-    driver = weir_driver(home, log_path, once=True)
+    driver = weir_driver(home, log_path, once=True, pipeline=pipeline, env=env)
     try:
         code = driver.wait(timeout=spec.timeout_s)
     finally:
@@ -542,20 +587,20 @@ def platform_once(spec: Spec, data: Dataset, name: str) -> Result:
     wall_s = time.monotonic() - started
     if code != 0:
         raise driver_failed(driver, log_path)
-    ingest, gold = driver_progress(home, "ingest"), driver_progress(home, "gold")
+    ingest, gold = driver_progress(home, "ingest", pipeline), driver_progress(home, "gold", pipeline)
     silver = span_of(ingest, data.lines)
     first = min(b.started for b in ingest)
-    tables = home.root / "tables"
+    t = PipelineTables.of(home, catalog.load(pipeline))
     # The progress event of gold's last batch can be lost as the driver exits: its commit is not.
-    gold_commits = [c.visible_at for c in delta_log.commits(tables / "gold" / "playback_qoe_1m")]
+    gold_commits = [c.visible_at for c in delta_log.commits(t.gold)]
     gold_s = max([b.ended for b in gold + ingest] + gold_commits) - first
     return {"seconds": wall_s, "wall_events_per_s": data.lines / wall_s, **silver,
             "gold_span_s": round(gold_s, 3), "gold_events_per_s": data.lines / gold_s,
             "gold_batches": len(gold), "time_split_ms": {"ingest": time_split(ingest),
                                                          "gold": time_split(gold)},
-            "silver": exactly_once(tables / "silver" / "playback_events", "event_id", data.valid_events),
-            "bronze": exactly_once(tables / "bronze" / "playback_events", None, data.lines),
-            "timeline": timeline(tables / "silver" / "playback_events", first)}
+            "silver": exactly_once(t.silver, "event_id", data.valid_events),
+            "bronze": exactly_once(t.bronze, None, data.lines),
+            "timeline": timeline(t.silver, first)}
 
 
 def platform_steady_once(spec: Spec, data: Dataset, name: str) -> Result:
@@ -596,6 +641,7 @@ SPARK_WORKLOADS: dict[str, Callable[[SparkSession, Spec, Dataset, str], Result]]
     "ceiling_transforms": ceiling_transforms_once,
     "bare": bare_once,
     "bare_steady": bare_steady_once,
+    "bare_kafka": bare_kafka_once,
     "latency": latency_once,
     "backfill": backfill_once,
     "ingest_profile": ingest_profile_once,
@@ -603,6 +649,7 @@ SPARK_WORKLOADS: dict[str, Callable[[SparkSession, Spec, Dataset, str], Result]]
 PROCESS_WORKLOADS: dict[str, Callable[[Spec, Dataset, str], Result]] = {
     "platform": platform_once,
     "platform_steady": platform_steady_once,
+    "platform_kafka": platform_kafka_once,
 }
 
 

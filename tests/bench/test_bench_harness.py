@@ -103,13 +103,16 @@ def test_loaded_is_judged_on_the_load_average_before_the_run(
     assert ("**The machine was loaded when this run started" in text) is loaded
 
 
-def test_the_kafka_run_gives_its_rate_and_its_ratio_to_the_landing_folder() -> None:
-    doc = document({"kafka": {"events_per_s": 900.0, "landing_files_events_per_s": 1200.0,
-                              "kafka_vs_files": 0.75}}, ["kafka"])
+def test_the_kafka_runs_give_the_platform_to_bare_ratio_and_its_goal() -> None:
+    doc = document({"bare_kafka": {"events_per_s": 1000.0},
+                    "platform_kafka": {"events_per_s": 400.0, "gold_events_per_s": 300.0}},
+                   ["kafka"])
     doc["summary"] = summary = report.summarise(doc)
-    assert summary["metrics"]["kafka_events_per_s"] == 900.0
-    assert summary["ratios"]["kafka_vs_landing_files"] == pytest.approx(0.75)
-    assert "| kafka_vs_landing_files | 0.75x |" in report.markdown_summary(doc)
+    assert summary["ratios"]["kafka_platform_silver_vs_bare"] == pytest.approx(0.4)
+    assert summary["ratios"]["kafka_platform_gold_vs_bare"] == pytest.approx(0.3)
+    [kafka_goal] = [g for g in summary["goals"] if "Kafka" in g["goal"]]
+    assert kafka_goal["value"] == pytest.approx(0.4) and kafka_goal["reached"] is False
+    assert "| kafka_platform_silver_vs_bare | 0.40x |" in report.markdown_summary(doc)
 
 
 def test_peak_memory_is_that_of_the_whole_process_tree() -> None:
@@ -170,19 +173,28 @@ def test_quick_run_measures_the_ceiling_and_writes_its_record(tmp_path: Path) ->
 
 @pytest.mark.slow
 @pytest.mark.kafka
-def test_kafka_throughput_quick_through_the_harness_contract(tmp_path: Path) -> None:
-    """`python -m bench.worker kafka` at its quick size: both sources exactly once on the same data,
-    Kafka's rate as the headline, and its own broker stopped afterwards."""
-    _, result = worker("kafka", {"label": "kafka", "workdir": str(tmp_path), "quick": True})
-    assert "error" not in result, result
-    assert result["events_per_s"] > 0 and result["landing_files_events_per_s"] > 0
-    assert result["kafka_vs_files"] == pytest.approx(
-        result["events_per_s"] / result["landing_files_events_per_s"], rel=0.01)
-    lines, valid = result["dataset"]["lines"], result["dataset"]["valid_events"]
-    for source in ("kafka", "landing_files"):
-        [run] = result[source]["runs"]
-        assert run["bronze_rows"] == lines and run["silver_rows"] == run["silver_distinct"] == valid, run
-    assert not (tmp_path / "kafka-bench").exists(), "the broker's data and the homes are removed"
+def test_kafka_run_measures_the_bare_job_and_the_platform_on_the_same_records(tmp_path: Path) -> None:
+    """`python -m bench.run --quick --only kafka`: one broker holds the dataset's lines; the bare
+    Kafka job and `weir run playback_kafka --once` each read every record once (the platform's
+    silver: count == distinct == valid events), the ratio of their rates is in the summary, and
+    the broker is stopped and its data removed afterwards."""
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.run", "--quick", "--budget-s", "900", "--only", "kafka",
+         "--out", str(tmp_path)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [record] = list(tmp_path.glob("*.json"))
+    doc = json.loads(record.read_text())
+    lines, valid = doc["datasets"]["x1"]["lines"], doc["datasets"]["x1"]["valid_events"]
+    bare, platform = doc["results"]["bare_kafka"], doc["results"]["platform_kafka"]
+    assert "not_measured" not in bare and "not_measured" not in platform, (bare, platform)
+    assert bare["kafka"]["produce"]["records"] == lines
+    assert bare["rows"] == {"count": lines, "distinct": lines, "expected": lines, "exactly_once": True}
+    assert platform["silver"] == {"count": valid, "distinct": valid, "expected": valid, "exactly_once": True}
+    assert platform["bronze"]["count"] == lines
+    assert doc["summary"]["ratios"]["kafka_platform_silver_vs_bare"] == pytest.approx(
+        platform["events_per_s"] / bare["events_per_s"])
+    assert not list(tmp_path.glob("tmp/run-*/kafka")), "the broker's data is removed"
     brokers = subprocess.run(["pgrep", "-f", f"kafka.Kafka {tmp_path}"], capture_output=True, text=True)
     assert not brokers.stdout.strip(), f"a broker of this run is still up: {brokers.stdout}"
 
