@@ -455,8 +455,8 @@ class LandingWriter(threading.Thread):
                 write_lines(self.landing, f"lat-{index:06d}.jsonl",
                             [json.dumps(e, separators=(",", ":")) for e in batch])
                 visible = time.time()
-                for e in batch:
-                    self.written_at[str(e["event_id"])] = visible
+                for e in batch:     # a resent event (the generator's duplicates): its first landing
+                    self.written_at.setdefault(str(e["event_id"]), visible)
                 index += 1
             next_at += self.interval_s
             self.stop_event.wait(max(0.0, next_at - time.monotonic()))

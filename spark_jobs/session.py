@@ -36,6 +36,12 @@ BASE_CONF = {
     # sized for tables of millions of files. A stream commits small batches several times a
     # micro-batch: a few tasks per core are plenty, and 50 cost each commit seconds on two cores.
     "spark.databricks.delta.snapshotPartitions": str(2 * (os.cpu_count() or 2)),
+    # Delta keeps the first 32 characters of a string's min/max in a file's statistics. A line's
+    # source (a landing file's URI and digest, or a Kafka partition with its topic id) is longer,
+    # so every bronze file looked as if it might hold any source, and the dedupe of each batch
+    # read the whole of bronze. Whole identities make those statistics skip the files of other
+    # sources (`tables.key_ranges`).
+    "spark.databricks.io.skipping.stringPrefixLength": "1024",
     "spark.driver.extraJavaOptions": "-Duser.timezone=UTC -Dlog4j2.configurationFile="
                                      f"file:{REPO_ROOT / 'infra' / 'spark' / 'log4j2.properties'}",
     "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",

@@ -48,6 +48,7 @@ from spark_jobs.tables import (
     append_new,
     in_list,
     insert_new,
+    key_ranges,
     keys_not_broadcast,
     partitions_holding,
     upsert,
@@ -70,21 +71,26 @@ STOP_TIMEOUT_S = 60.0
 class BatchSummary:
     """What one aggregate over a parsed micro-batch tells before anything is written."""
 
-    sources: tuple[str, ...]
+    positions: dict[str, tuple[int, int]]   # source → (first, last) position of its lines here
     rejects: int
     dates: tuple[object, ...]          # event dates of the valid rows
     rule_counts: dict[str, int]
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return tuple(self.positions)
 
     @classmethod
     def of(cls, parsed: DataFrame, pipeline: Pipeline, rules: tuple[RowRule, ...]) -> BatchSummary:
         valid = F.col(transforms.REASON).isNull()
         metrics = row_rules.metrics(rules)
         rows = parsed.groupBy("_source").agg(
+            F.min("_position").alias("_first"), F.max("_position").alias("_last"),
             F.count_if(~valid).alias("_rejects"),
             F.collect_set(F.when(valid, transforms.event_date(pipeline))).alias("_dates"),
             *metrics).collect()
         names = [row_rules.metric_name(r) for r in rules]
-        return cls(sources=tuple(r["_source"] for r in rows),
+        return cls(positions={r["_source"]: (r["_first"], r["_last"]) for r in rows},
                    rejects=sum(r["_rejects"] for r in rows),
                    dates=tuple({d for r in rows for d in r["_dates"]}),
                    rule_counts={n: sum(r[n] for r in rows) for n in names})
@@ -115,7 +121,10 @@ class IngestBatch:
                 return
             row_rules.check(summary.rule_counts, self.rules, pipeline=p.name, batch_id=batch_id)
             progress.note_batch_metrics(query_name(p, "ingest"), batch_id, summary.rule_counts)
-            by_source = in_list("source", summary.sources)
+            # Where a line of this batch can already be in bronze or quarantine (a replay): its
+            # source, at its position. Delta's file statistics skip every other file, so the
+            # dedupe reads what the batch's lines could collide with, not the whole history.
+            by_source = key_ranges("source", "position", summary.positions)
             # Bronze before silver: the back-fill re-derives silver from bronze, so a silver row
             # committed ahead of its bronze row could be erased by a back-fill reading bronze in
             # between. Quarantine and the silver rows' preparation do not depend on bronze.

@@ -21,7 +21,7 @@ import datetime
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
@@ -197,6 +197,21 @@ def in_list(column: str, values: Iterable[object]) -> str:
     if not vals:
         return "false"
     return f"t.`{column}` IN ({', '.join(sql_literal(v) for v in vals)})"
+
+
+def key_ranges(group: str, ordered: str, ranges: Mapping[object, tuple[int, int]]) -> str:
+    """Where a key (`group`, `ordered`) of a batch can already be in the target `t`, as SQL:
+    `t.group IN (…) AND ((t.group = g AND t.ordered BETWEEN first AND last) OR …)`, with each
+    group's first and last value in the batch. Delta skips every file whose statistics fall
+    outside (a file of other sources, or of other offsets of the same Kafka partition), so a
+    batch's dedupe reads what its keys could collide with, not the table's whole history. The
+    `IN` comes first: a row of another group never evaluates the ranges."""
+    if not ranges:
+        return "false"
+    within = " OR ".join(
+        f"(t.`{group}` = {sql_literal(g)} AND t.`{ordered}` BETWEEN {int(first)} AND {int(last)})"
+        for g, (first, last) in sorted(ranges.items(), key=lambda r: str(r[0])))
+    return f"{in_list(group, ranges)} AND ({within})"
 
 
 def append_new(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | None = None,

@@ -115,3 +115,40 @@ def test_event_date_hint_is_the_event_date_silver_gets(spark):
     assert got == {0: (dt.date(2026, 11, 19),) * 2, 1: (dt.date(2026, 11, 19),) * 2,
                    2: (dt.date(2026, 11, 20),) * 2, 3: (None, ingest.date()),
                    4: (None, ingest.date()), 5: (None, ingest.date()), 6: (None, ingest.date())}
+
+
+def test_a_batch_dedupe_reads_only_the_bronze_files_its_lines_could_already_be_in(spark, home):
+    """The stream's dedupe of a batch against bronze (a replay must not append its lines twice)
+    reads the files that may hold the batch's (source, position) keys, not all of bronze: landing
+    files whose URIs are longer than Delta's default 32-character statistics prefix, and one Kafka
+    partition whose offsets grow batch after batch (issue 11: a batch's cost must not grow with
+    history). A replayed batch still finds every line it already wrote."""
+    from spark_jobs.stream import BatchSummary
+    from spark_jobs.tables import key_ranges
+
+    pipeline = playback()
+    tables = ensure_tables(spark, home, pipeline)
+    ingest = dt.datetime(2026, 11, 20, 1, 0, tzinfo=dt.UTC)
+    landing = f"file://{home.landing(pipeline.name)}"
+    kafka = "kafka://playback/0@3f9c2a1e-5b7d-4c8e-9a0f-1d2e3b4c5a6f"
+
+    def batch(source: str, first: int, lines: int) -> DataFrame:
+        rows = [(event(f"{source}-{first + i}", FIRST), source, first + i, None, None, None, None,
+                 ingest, ingest.date(), None) for i in range(lines)]
+        return transforms.parse(spark.createDataFrame(rows, transforms.BRONZE_SCHEMA), pipeline)
+
+    batches = [batch(f"{landing}/2026-11-20T01-{n:02d}.jsonl#a1b2c3d4e5f6", 0, 5) for n in range(4)]
+    batches += [batch(kafka, 100 * n, 100) for n in range(4)]
+    for parsed in batches:      # one bronze file per micro-batch
+        append_new(transforms.bronze_rows(parsed, pipeline).coalesce(1), tables.bronze, transforms.BRONZE_KEY)
+    assert scanned(table(spark, tables.bronze))[0] == len(batches)
+
+    for replayed in (batches[2], batches[6]):
+        summary = BatchSummary.of(replayed, pipeline, ())
+        prune = key_ranges("source", "position", summary.positions)
+        existing = table(spark, tables.bronze).alias("t").where(F.expr(prune))
+        assert scanned(existing) == (1, replayed.count()), prune
+        append_new(transforms.bronze_rows(replayed, pipeline), tables.bronze, transforms.BRONZE_KEY,
+                   prune=prune)
+    written = {tuple(r) for b in batches for r in b.select("_source", "_position").collect()}
+    assert_exactly_once(table(spark, tables.bronze), transforms.BRONZE_KEY, written, "bronze")
