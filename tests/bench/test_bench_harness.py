@@ -68,7 +68,9 @@ def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path)
     assert recovery["reached"] is None and "worker exited 1" in recovery["why_not_measured"]
     dq = by_name["DQ validation cost vs the stream's own processing"]
     assert dq["value"] is None and dq["why_not_measured"] == "not selected in this run"
-    assert len(summary["goals"]) == 6
+    kafka = by_name["platform vs bare job, Kafka → silver (backlog, same records)"]
+    assert kafka["value"] is None and kafka["why_not_measured"] == "not selected in this run"
+    assert len(summary["goals"]) == 7
     assert {(r["job"], r["lines"]) for r in summary["scaling"]} >= {
         ("platform → silver", 1000), ("platform → silver", 4000), ("platform → gold", 4000)}
     paths = report.write(doc, tmp_path, stem="day")
