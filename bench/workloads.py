@@ -376,7 +376,7 @@ def ingest_profile_once(spark: SparkSession, spec: Spec, data: Dataset, name: st
     from spark_jobs.quality import rules as row_rules
     from spark_jobs.sources import bronze_columns
     from spark_jobs.stream import BatchSummary, IngestBatch
-    from spark_jobs.tables import append_new, in_list, insert_new
+    from spark_jobs.tables import append_new, in_list, insert_new, key_ranges
 
     p = playback()
     steps: dict[str, float] = {}
@@ -396,7 +396,7 @@ def ingest_profile_once(spark: SparkSession, spec: Spec, data: Dataset, name: st
                    lambda: row_rules.with_rules(transforms.parse(batch, p), rules).persist())
     timed("1 parse + row rules (cached)", parsed.count)
     summary = timed("2 batch summary (one aggregate)", lambda: BatchSummary.of(parsed, p, rules))
-    by_source = in_list("source", summary.sources)
+    by_source = key_ranges("source", "position", summary.positions)   # as the stream prunes
     timed("3 bronze: anti-join + append", lambda: append_new(batch, t.bronze, transforms.BRONZE_KEY,
                                                              prune=by_source))
     timed("4 quarantine: anti-join + append", lambda: append_new(
