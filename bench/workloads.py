@@ -283,8 +283,14 @@ def bare_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Resu
     home = fresh_home(spec, name)
     landing, root = home.landing(PIPELINE), home.root / "bare"
     link_into(data, landing)
+    return bare_backlog(lambda: bare_query(spark, landing, root, trigger=None), root, data)
+
+
+def bare_backlog(start: Callable[[], StreamingQuery], root: Path, data: Dataset) -> Result:
+    """Run a bare job's `availableNow` query (started by `start`, writing `root/events`) over a
+    backlog of the dataset's lines: its rates, batches and time split, its output checked."""
     started_wall, started = time.time(), time.monotonic()
-    query = bare_query(spark, landing, root, trigger=None)
+    query = start()
     run_stream(query)
     batches = batches_of(query.recentProgress)
     return {"seconds": time.monotonic() - started, "wall_events_per_s":
@@ -326,17 +332,10 @@ def bare_kafka_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -
               .option("maxOffsetsPerTrigger", str(spec.params["max_offsets"])).load()
               .select(F.from_json(F.col("value").cast("string"), bare_schema(playback())).alias("e"))
               .select("e.*"))
-    started_wall, started = time.time(), time.monotonic()
-    query = (parsed.writeStream.format("delta").outputMode("append").trigger(availableNow=True)
-             .option("checkpointLocation", str(root / "checkpoint")).queryName("bare_kafka")
-             .start(str(root / "events")))
-    run_stream(query)
-    batches = batches_of(query.recentProgress)
-    return {"seconds": time.monotonic() - started, "wall_events_per_s":
-            data.lines / (time.monotonic() - started), **span_of(batches, data.lines),
-            "max_offsets_per_trigger": spec.params["max_offsets"],
-            "time_split_ms": time_split(batches), "timeline": timeline(root / "events", started_wall),
-            "rows": exactly_once(root / "events", None, data.lines)}
+    writer = (parsed.writeStream.format("delta").outputMode("append").trigger(availableNow=True)
+              .option("checkpointLocation", str(root / "checkpoint")).queryName("bare_kafka"))
+    return {**bare_backlog(lambda: writer.start(str(root / "events")), root, data),
+            "max_offsets_per_trigger": spec.params["max_offsets"]}
 
 
 def backfill_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
