@@ -177,10 +177,22 @@ class AirflowServices:
         return "\n".join(parts)
 
     # -- the CLI and the metadata DB --------------------------------------------------------
-    def cli(self, *args: str, timeout_s: float = 180) -> str:
-        out = subprocess.run([str(AIRFLOW), *args], env=self.env, capture_output=True, text=True,
-                             timeout=timeout_s, cwd=str(self.airflow_home))
-        assert out.returncode == 0, f"airflow {' '.join(args)}: {out.stderr[-3000:]}{out.stdout[-2000:]}"
+    def cli(self, *args: str, timeout_s: float = 180, attempts: int = 4) -> str:
+        """Run `airflow *args`; retried when SQLite refused it with `database is locked`.
+
+        The busy timeout cannot help there: in WAL mode a transaction that read first and then
+        writes fails at once (SQLITE_BUSY_SNAPSHOT) when a component committed in between. Airflow
+        rolls such a call back (`backfill create` deletes its half-made back-fill, see
+        `airflow.models.backfill._cleanup_partial_backfill`), so retrying is what its user does too."""
+        for attempt in range(1, attempts + 1):
+            out = subprocess.run([str(AIRFLOW), *args], env=self.env, capture_output=True, text=True,
+                                 timeout=timeout_s, cwd=str(self.airflow_home))
+            failed = f"airflow {' '.join(args)}: {out.stderr[-3000:]}{out.stdout[-2000:]}"
+            if out.returncode == 0 or "database is locked" not in out.stderr or attempt == attempts:
+                break
+            print(f"{failed[:200]}… database is locked: attempt {attempt} of {attempts}, retrying")
+            time.sleep(2 * attempt)
+        assert out.returncode == 0, failed
         return out.stdout
 
     def query(self, sql: str, *params: Any) -> list[dict[str, Any]]:
