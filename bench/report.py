@@ -242,6 +242,14 @@ def markdown_summary(doc: Document) -> str:
                       "one batch)",
                   "", "| step of `IngestBatch` | seconds |", "|---|---|"]
         lines += [f"| {step} | {_fmt(float(sec))} |" for step, sec in profile["steps_s"].items()]
+    backfill = _result(doc, "backfill")
+    if backfill.get("steps"):
+        rerun = backfill.get("rerun_steps") or {}
+        lines += ["", f"## Where a back-fill of one day spends its time ({backfill.get('lines_read')} bronze "
+                      "lines read)", "",
+                  "| step | first run, s | rerun (nothing to change), s |", "|---|---|---|"]
+        lines += [f"| {step} | {_fmt(float(sec))} | {_fmt(rerun.get(step))} |"
+                  for step, sec in backfill["steps"].items()]
     if s["memory"]:
         lines += ["", "## Peak memory per run (sampled from /proc every 0.5 s)", "",
                   "| run | largest JVM peak RSS (VmHWM) MB | process tree peak RSS MB |", "|---|---|---|"]

@@ -354,12 +354,13 @@ def backfill_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> 
         DeltaTable.forPath(spark, str(path)).delete()
     day = dt.date.fromisoformat(data.day)
     started = time.monotonic()
-    backfill(spark, p, day, day, home)
+    first = backfill(spark, p, day, day, home)
     seconds = time.monotonic() - started
     started = time.monotonic()
     again = backfill(spark, p, day, day, home)
     return {"seconds": seconds, "rerun_seconds": time.monotonic() - started,
-            "rerun_changed": again.silver_replaced or again.gold_replaced}
+            "rerun_changed": again.silver_replaced or again.gold_replaced,
+            "lines_read": first.lines_read, "steps": first.seconds, "rerun_steps": again.seconds}
 
 
 def ingest_profile_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:

@@ -21,7 +21,7 @@ import datetime as dt
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from delta.tables import DeltaTable
@@ -34,6 +34,7 @@ from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables, ensure_tables, read_dimension
 from spark_jobs.quality import rules as row_rules
 from spark_jobs.tables import Fencing, commit_nothing, reconcile, retry_conflicts, save_fenced, sql_literal
+from spark_jobs.timing import StepTimes
 from spark_jobs.topology import has_started, queries_of
 
 if TYPE_CHECKING:
@@ -64,6 +65,8 @@ class BackfillResult:
     quarantine_replaced: bool = False
     bronze_version: int | None = None
     sessions_replaced: bool | None = None     # None: the pipeline declares no sessions
+    lines_read: int = 0                       # the bronze lines the dates' files held
+    seconds: dict[str, float] = field(default_factory=dict)   # by step, for the log and the record
 
 
 def date_range(column: str, first: dt.date, last: dt.date) -> str:
@@ -88,7 +91,8 @@ def backfill(spark: SparkSession, pipeline: Pipeline, date_from: dt.date, date_t
     eventlog.record(pipeline.name, "backfill", "ok", home=home, details={
         **dates, "bronze_version": result.bronze_version, "silver_replaced": result.silver_replaced,
         "quarantine_replaced": result.quarantine_replaced, "gold_replaced": result.gold_replaced,
-        "sessions_replaced": result.sessions_replaced})
+        "sessions_replaced": result.sessions_replaced, "lines_read": result.lines_read,
+        "seconds": result.seconds})
     return result
 
 
@@ -115,25 +119,30 @@ def _backfill(spark: SparkSession, pipeline: Pipeline, date_from: dt.date, date_
     in_range = date_range("event_date", date_from, date_to)
     version = latest_version(spark, tables.bronze)
     lines = bronze_lines(spark, tables.bronze, version, date_from, date_to)
+    steps = StepTimes()
     # the stream's own parse and row rules, so both keep and refuse the same rows
     parsed = row_rules.with_rules(transforms.parse(lines, pipeline), pipeline.row_rules).persist()
     try:
+        read = steps.time("read+parse", parsed.count)
         derived = transforms.silver(parsed, read_dimension(spark, tables), pipeline)
         lineage = parsed.select("_source", "_position")
-        silver_replaced = reconcile(_first_copies(derived, tables, pipeline, in_range), tables.silver,
-                                    (pipeline.key,), scope=in_range, partition="event_date", owned=lineage,
-                                    before_write=lambda: hold("silver"))
-        quarantine_replaced = _reconcile_quarantine(parsed, tables, pipeline, date_from, date_to, hold)
+        silver_replaced = steps.time("silver", lambda: reconcile(
+            _first_copies(derived, tables, pipeline, in_range), tables.silver, (pipeline.key,),
+            scope=in_range, partition="event_date", owned=lineage, before_write=lambda: hold("silver")))
+        quarantine_replaced = steps.time("quarantine", lambda: _reconcile_quarantine(
+            parsed, tables, pipeline, date_from, date_to, hold))
     finally:
         parsed.unpersist()
-    gold_replaced = _reconcile_gold(spark, tables, pipeline, date_from, date_to, hold)
-    sessions_replaced = (_reconcile_sessions(spark, tables, pipeline, date_from, date_to, hold)
-                         if tables.sessions is not None else None)
-    log.info("%s back-fill %s..%s from bronze version %d: silver %s, quarantine %s, gold %s",
-             pipeline.name, date_from, date_to, version, _word(silver_replaced),
-             _word(quarantine_replaced), _word(gold_replaced))
+    gold_replaced = steps.time("gold", lambda: _reconcile_gold(
+        spark, tables, pipeline, date_from, date_to, hold))
+    sessions_replaced = (steps.time("sessions", lambda: _reconcile_sessions(
+        spark, tables, pipeline, date_from, date_to, hold)) if tables.sessions is not None else None)
+    log.info("%s back-fill %s..%s from bronze version %d (%d line(s) read): silver %s, quarantine %s, "
+             "gold %s in %.1fs (%s)", pipeline.name, date_from, date_to, version, read,
+             _word(silver_replaced), _word(quarantine_replaced), _word(gold_replaced), steps.elapsed(), steps)
     return BackfillResult(pipeline.name, date_from, date_to, silver_replaced, gold_replaced,
-                          quarantine_replaced, version, sessions_replaced)
+                          quarantine_replaced, version, sessions_replaced, lines_read=read,
+                          seconds=steps.rounded())
 
 
 def _first_copies(derived: DataFrame, tables: PipelineTables, pipeline: Pipeline,

@@ -9,9 +9,9 @@ the batches or the order they came in. Two doors use it:
   + gap. A session closes on its end event (`ended`) or when the watermark passes the timer
   (`timed_out`); a late event within the watermark still updates it, and its state is kept one
   gap after closing so that it can, then dropped;
-- the back-fill (`batch_rows`): silver of a date range grouped by session (`applyInArrow`), the
-  same fold over all of a session's events; `timed_out` when its timer would have fired by the
-  stream's watermark as of silver's newest event.
+- the back-fill (`batch_rows`): silver of a date range, sorted by session within partitions
+  (`mapInArrow`), the same fold over all of a session's events; `timed_out` when its timer would
+  have fired by the stream's watermark as of silver's newest event.
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from spark_jobs.catalog import Pipeline, Sessions
 
 STATE_NAME = "session"
+_NO_SESSION = object()          # the key before a partition's first session (a key may be null)
+_ROWS_PER_OUTPUT_BATCH = 10_000
 ACTIVE, ENDED, TIMED_OUT = "active", "ended", "timed_out"
 # The fixed part of the state and of the operator's output; the catalog's `carry` columns follow.
 _COUNTS = ("first_ms", "last_ms", "start_ms", "first_frame_ms", "end_ms", "events", "errors",
@@ -237,19 +239,44 @@ def stream_rows(silver: DataFrame, pipeline: Pipeline) -> DataFrame:
 def batch_rows(silver: DataFrame, pipeline: Pipeline, horizon_ms: int | None) -> DataFrame:
     """Silver in batch → one row per session, by the same fold as the stream; a session without
     an end event has `timed_out` when its last event + gap is no later than `horizon_ms` (the
-    stream's watermark as of the newest event in silver; None: nothing has timed out)."""
+    stream's watermark as of the newest event in silver; None: nothing has timed out).
+
+    The events are hashed to partitions by session and sorted by it there, so one Python call
+    folds a whole partition, session after session, as its Arrow batches stream by (a call per
+    session, `groupBy().applyInArrow`, cost four times as much at 1 M events). Only one session's
+    state is held at a time; the fold is commutative, so the order within a session is free."""
     spec = _spec(pipeline)
     gap_ms = interval_ms(spec.gap)
     schema = raw_schema(spec)
+    arrow_schema = _arrow_schema(schema)
 
-    def one_session(key: tuple[Any, ...], table: pa.Table) -> pa.Table:
-        session = SessionState.from_tuple(None, spec).fold(table.to_pylist(), spec)
-        assert session.last_ms is not None
-        session.timed_out = horizon_ms is not None and session.last_ms + gap_ms <= horizon_ms
-        return pa.Table.from_pylist([session.output(key[0].as_py(), spec)], schema=_arrow_schema(schema))
+    def fold_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        out: list[dict[str, Any]] = []
+        key: Any = _NO_SESSION
+        session = SessionState()
 
-    raw = _events(silver, pipeline).groupBy(spec.key).applyInArrow(one_session, schema)
-    return session_rows(raw, pipeline)
+        def close() -> None:
+            assert session.last_ms is not None
+            session.timed_out = horizon_ms is not None and session.last_ms + gap_ms <= horizon_ms
+            out.append(session.output(key, spec))
+
+        for batch in batches:
+            for event in batch.to_pylist():
+                if event[spec.key] != key:
+                    if key is not _NO_SESSION:
+                        close()
+                    key, session = event[spec.key], SessionState.from_tuple(None, spec)
+                session.fold((event,), spec)
+            if len(out) >= _ROWS_PER_OUTPUT_BATCH:
+                yield pa.RecordBatch.from_pylist(out, schema=arrow_schema)
+                out = []
+        if key is not _NO_SESSION:
+            close()
+        if out:
+            yield pa.RecordBatch.from_pylist(out, schema=arrow_schema)
+
+    events = _events(silver, pipeline).repartition(spec.key).sortWithinPartitions(spec.key)
+    return session_rows(events.mapInArrow(fold_partition, schema), pipeline)
 
 
 def _arrow_schema(schema: StructType) -> pa.Schema:

@@ -53,6 +53,7 @@ from spark_jobs.tables import (
     partitions_holding,
     upsert,
 )
+from spark_jobs.timing import StepTimes
 from spark_jobs.topology import checkpoint_location, queries_of, query_name
 
 if TYPE_CHECKING:
@@ -160,30 +161,6 @@ class IngestBatch:
                      steps.elapsed(), steps)
         finally:
             parsed.unpersist()
-
-
-class StepTimes:
-    """How long each step of a micro-batch took (steps run side by side overlap), for its log line."""
-
-    def __init__(self) -> None:
-        self.started = time.monotonic()
-        self.seconds: dict[str, float] = {}
-
-    def time(self, step: str, action: Callable[[], T]) -> T:
-        began = time.monotonic()
-        try:
-            return action()
-        finally:
-            self.seconds[step] = time.monotonic() - began
-
-    def timed(self, actions: dict[str, Callable[[], T]]) -> dict[str, Callable[[], T]]:
-        return {name: functools.partial(self.time, name, action) for name, action in actions.items()}
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started
-
-    def __str__(self) -> str:
-        return ", ".join(f"{step} {s:.1f}s" for step, s in self.seconds.items())
 
 
 def run_concurrently(actions: dict[str, Callable[[], T]], *, what: str) -> dict[str, T]:

@@ -341,15 +341,20 @@ def reconcile(new: DataFrame, path: Path, key: Sequence[str], *, scope: str, par
 
     spark = new.sparkSession
     columns = spark.read.format("delta").load(str(path)).columns
-    new = new.select(*columns)
-    _drop_doubled_keys(new, path, key, scope)
-    existing = spark.read.format("delta").load(str(path)).where(scope)
-    same_key = " AND ".join(f"e.`{k}` <=> n.`{k}`" for k in key)
-    gone = existing.alias("e").join(new.select(*key).alias("n"), F.expr(same_key), "left_anti")
-    if owned is not None:
-        gone = gone.join(owned, on=[gone[c].eqNullSafe(owned[c]) for c in owned.columns], how="left_semi")
-    changes = (new.exceptAll(existing).withColumn(OP, F.lit("upsert"))
-               .unionByName(gone.withColumn(OP, F.lit("delete")))).localCheckpoint()
+    # `new` is read three times below (doubled keys, deletions, differences): derive it once.
+    new = new.select(*columns).persist()
+    try:
+        _drop_doubled_keys(new, path, key, scope)
+        existing = spark.read.format("delta").load(str(path)).where(scope)
+        same_key = " AND ".join(f"e.`{k}` <=> n.`{k}`" for k in key)
+        gone = existing.alias("e").join(new.select(*key).alias("n"), F.expr(same_key), "left_anti")
+        if owned is not None:
+            gone = gone.join(owned, on=[gone[c].eqNullSafe(owned[c]) for c in owned.columns],
+                             how="left_semi")
+        changes = (new.exceptAll(existing).withColumn(OP, F.lit("upsert"))
+                   .unionByName(gone.withColumn(OP, F.lit("delete")))).localCheckpoint()
+    finally:
+        new.unpersist()
     if before_write is not None:
         before_write()
     partitions = [row[0] for row in changes.select(partition).distinct().collect()]

@@ -39,11 +39,14 @@ def handle(args: argparse.Namespace) -> int:
         print(json.dumps({"pipeline": result.pipeline, "from": str(result.date_from),
                           "to": str(result.date_to), "silver_replaced": result.silver_replaced,
                           "quarantine_replaced": result.quarantine_replaced,
-                          "gold_replaced": result.gold_replaced, "bronze_version": result.bronze_version}))
+                          "gold_replaced": result.gold_replaced, "bronze_version": result.bronze_version,
+                          "lines_read": result.lines_read, "seconds": result.seconds}))
     else:
         def word(changed: bool) -> str:
             return "replaced" if changed else "unchanged"
         print(f"{pipeline.name} {result.date_from}..{result.date_to}: "
               f"silver {word(result.silver_replaced)}, quarantine {word(result.quarantine_replaced)}, "
-              f"gold {word(result.gold_replaced)}")
+              f"gold {word(result.gold_replaced)}; {result.lines_read:,} bronze line(s) read, "
+              f"{sum(result.seconds.values()):.1f}s (" +
+              ", ".join(f"{step} {s:.1f}s" for step, s in result.seconds.items()) + ")")
     return 0

@@ -1,0 +1,36 @@
+"""How long each step of a unit of work took — a micro-batch, a back-fill — for its log line and
+its record (steps run side by side overlap, so their times may add up to more than the whole)."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+class StepTimes:
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.seconds: dict[str, float] = {}
+
+    def time(self, step: str, action: Callable[[], T]) -> T:
+        began = time.monotonic()
+        try:
+            return action()
+        finally:
+            self.seconds[step] = time.monotonic() - began
+
+    def timed(self, actions: dict[str, Callable[[], T]]) -> dict[str, Callable[[], T]]:
+        return {name: functools.partial(self.time, name, action) for name, action in actions.items()}
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def rounded(self) -> dict[str, float]:
+        return {step: round(s, 2) for step, s in self.seconds.items()}
+
+    def __str__(self) -> str:
+        return ", ".join(f"{step} {s:.1f}s" for step, s in self.seconds.items())
