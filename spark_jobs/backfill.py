@@ -139,7 +139,7 @@ def _backfill(spark: SparkSession, pipeline: Pipeline, date_from: dt.date, date_
         spark, tables, pipeline, date_from, date_to, hold)) if tables.sessions is not None else None)
     log.info("%s back-fill %s..%s from bronze version %d (%d line(s) read): silver %s, quarantine %s, "
              "gold %s in %.1fs (%s)", pipeline.name, date_from, date_to, version, read,
-             _word(silver_replaced), _word(quarantine_replaced), _word(gold_replaced), steps.elapsed(), steps)
+             word(silver_replaced), word(quarantine_replaced), word(gold_replaced), steps.elapsed(), steps)
     return BackfillResult(pipeline.name, date_from, date_to, silver_replaced, gold_replaced,
                           quarantine_replaced, version, sessions_replaced, lines_read=read,
                           seconds=steps.rounded())
@@ -277,5 +277,6 @@ def rebuild_from_bronze(spark: SparkSession, pipeline: Pipeline, home: WeirHome)
     return version
 
 
-def _word(changed: bool) -> str:
+def word(changed: bool) -> str:
+    """How a back-fill names what it did to a layer."""
     return "replaced" if changed else "unchanged"

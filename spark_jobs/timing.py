@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -33,4 +33,9 @@ class StepTimes:
         return {step: round(s, 2) for step, s in self.seconds.items()}
 
     def __str__(self) -> str:
-        return ", ".join(f"{step} {s:.1f}s" for step, s in self.seconds.items())
+        return describe(self.seconds)
+
+
+def describe(seconds: Mapping[str, float]) -> str:
+    """`step 1.2s, step 0.4s`: step times as a log line or the CLI shows them."""
+    return ", ".join(f"{step} {s:.1f}s" for step, s in seconds.items())

@@ -26,7 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def handle(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from spark_jobs.backfill import backfill
+    from spark_jobs.backfill import backfill, word
+    from spark_jobs.timing import describe
 
     if args.date_to < args.date_from:
         raise UserError(f"--to {args.date_to} is before --from {args.date_from}")
@@ -42,11 +43,8 @@ def handle(args: argparse.Namespace) -> int:
                           "gold_replaced": result.gold_replaced, "bronze_version": result.bronze_version,
                           "lines_read": result.lines_read, "seconds": result.seconds}))
     else:
-        def word(changed: bool) -> str:
-            return "replaced" if changed else "unchanged"
         print(f"{pipeline.name} {result.date_from}..{result.date_to}: "
               f"silver {word(result.silver_replaced)}, quarantine {word(result.quarantine_replaced)}, "
               f"gold {word(result.gold_replaced)}; {result.lines_read:,} bronze line(s) read, "
-              f"{sum(result.seconds.values()):.1f}s (" +
-              ", ".join(f"{step} {s:.1f}s" for step, s in result.seconds.items()) + ")")
+              f"{sum(result.seconds.values()):.1f}s ({describe(result.seconds)})")
     return 0
