@@ -377,15 +377,11 @@ def ingest_profile_once(spark: SparkSession, spec: Spec, data: Dataset, name: st
     from spark_jobs.sources import bronze_columns
     from spark_jobs.stream import BatchSummary, IngestBatch
     from spark_jobs.tables import append_new, in_list, insert_new, key_ranges
+    from spark_jobs.timing import StepTimes
 
     p = playback()
-    steps: dict[str, float] = {}
-
-    def timed(step: str, action: Callable[[], Any]) -> Any:
-        started = time.monotonic()
-        value = action()
-        steps[step] = round(steps.get(step, 0.0) + time.monotonic() - started, 3)
-        return value
+    steps = StepTimes()
+    timed = steps.time
 
     lines = spark.read.text(data.path)
     batch = bronze_columns(lines, value=F.col("value"), source=F.col("_metadata.file_path"),
@@ -420,7 +416,7 @@ def ingest_profile_once(spark: SparkSession, spec: Spec, data: Dataset, name: st
     whole_rows = {layer: spark.read.format("delta").load(str(path)).count()
                   for layer, path in (("bronze", whole.bronze), ("silver", whole.silver))}
     batch.unpersist()
-    return {"steps_s": steps, "lines": data.lines, "alt_rows_after_replay": replayed_rows,
+    return {"steps_s": steps.rounded(3), "lines": data.lines, "alt_rows_after_replay": replayed_rows,
             "whole_rows_after_replay": whole_rows}
 
 

@@ -20,8 +20,8 @@ class StepTimes:
         began = time.monotonic()
         try:
             return action()
-        finally:
-            self.seconds[step] = time.monotonic() - began
+        finally:   # a step timed again adds up
+            self.seconds[step] = self.seconds.get(step, 0.0) + time.monotonic() - began
 
     def timed(self, actions: dict[str, Callable[[], T]]) -> dict[str, Callable[[], T]]:
         return {name: functools.partial(self.time, name, action) for name, action in actions.items()}
@@ -29,8 +29,8 @@ class StepTimes:
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
-    def rounded(self) -> dict[str, float]:
-        return {step: round(s, 2) for step, s in self.seconds.items()}
+    def rounded(self, digits: int = 2) -> dict[str, float]:
+        return {step: round(s, digits) for step, s in self.seconds.items()}
 
     def __str__(self) -> str:
         return describe(self.seconds)
