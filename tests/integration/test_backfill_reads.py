@@ -152,3 +152,26 @@ def test_a_batch_dedupe_reads_only_the_bronze_files_its_lines_could_already_be_i
                    prune=prune)
     written = {tuple(r) for b in batches for r in b.select("_source", "_position").collect()}
     assert_exactly_once(table(spark, tables.bronze), transforms.BRONZE_KEY, written, "bronze")
+
+
+def test_the_dates_silver_holds_a_batchs_events_under_are_found_without_shuffling_silver(spark, home):
+    """Where silver already holds a batch's events (an event resent with another event time keeps
+    its first date) is looked up each batch. The batch's keys are broadcast and silver's key column
+    is scanned in place, also under the stream's `keys_not_broadcast` (no broadcast by estimate):
+    a shuffled join moved every key of silver in every batch, a cost growing with silver."""
+    from spark_jobs.tables import holding, keys_not_broadcast, partitions_holding
+
+    pipeline = playback()
+    tables = ensure_tables(spark, home, pipeline)
+    silver = spark.createDataFrame(
+        [(f"e{d}-{i}", FIRST + dt.timedelta(days=d)) for d in range(DAYS) for i in range(PER_DAY)],
+        "event_id string, event_date date")
+    silver.write.format("delta").partitionBy("event_date").save(str(home.root / "keys"))
+    batch = spark.createDataFrame([("e3-0",), ("e7-5",), ("new-1",)], "event_id string")
+    with keys_not_broadcast(spark):
+        plan = holding(batch, home.root / "keys", ("event_id",), "event_date")
+        assert sorted(r[0] for r in plan.collect()) == [FIRST + dt.timedelta(days=3),
+                                                         FIRST + dt.timedelta(days=7)]
+        executed = plan._jdf.queryExecution().executedPlan().toString()
+        assert "BroadcastHashJoin" in executed and "SortMergeJoin" not in executed, executed
+        assert partitions_holding(batch, tables.silver, ("event_id",), "event_date") == []
