@@ -256,8 +256,8 @@ def holding(df: DataFrame, path: Path, key: Sequence[str], partition: str) -> Da
     """`partitions_holding` as a plan. It reads only the key and partition columns and never
     shuffles them: `df`'s keys (one micro-batch's, bounded by the source's batch bound) are
     broadcast, whatever the session's broadcast threshold, and the table is scanned against them in
-    place. A shuffled join moved every key of the table each batch: 0.7-0.9 s against 0.3-0.4 s
-    on a silver of 24 k rows, and the gap grows with the table."""
+    place. A shuffled join moved every key of the table each batch: 0.58-0.95 s against 0.29-0.46 s
+    on a silver of about 24 k rows, 4.1 s against 2.1-2.3 s on 5 M (docs/performance.md)."""
     from pyspark.sql import functions as F
 
     table = df.sparkSession.read.format("delta").load(str(path))
