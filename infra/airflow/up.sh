@@ -126,6 +126,11 @@ if [ "$PROFILE" = cluster ]; then
     pids+=($!)
   done
 else
+  "$VENV_BIN/airflow" db migrate >"$WEIR_HOME/logs/airflow-db-migrate.log" 2>&1 \
+    || { echo "airflow db migrate failed; see $WEIR_HOME/logs/airflow-db-migrate.log"; exit 1; }
+  # WAL: readers (the UI, the API, a task's status checks) go on while one process writes.
+  "$VENV_BIN/python" -c 'import sqlite3, sys; assert sqlite3.connect(sys.argv[1]).execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"' \
+    "$AIRFLOW_HOME/airflow.db"
   setsid "$VENV_BIN/airflow" standalone >"$WEIR_HOME/logs/airflow-standalone.log" 2>&1 &
   pids+=($!)
 fi

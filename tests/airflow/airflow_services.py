@@ -74,9 +74,6 @@ class AirflowServices:
             "SPARK_CONF_DIR": str(spark_conf_dir(self.airflow_home / "spark-conf")),
             "WEIR_SPARK_MASTER": "local[2]",
             "AIRFLOW_CONN_SPARK_DEFAULT": LOCAL_MASTER,
-            # Five processes write one SQLite file on a busy machine: wait for its lock instead
-            # of failing after SQLite's default 5 s (WAL mode, set in `migrate`, lets reads through).
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.db_path}?timeout=60",
             "AIRFLOW__API__PORT": str(self.ports[0]),
             "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{self.ports[0]}",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.ports[0]}/execution/",
