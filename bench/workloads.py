@@ -45,6 +45,7 @@ from spark_jobs import catalog
 from spark_jobs.catalog import Pipeline
 from spark_jobs.home import REPO_ROOT, WeirHome
 from spark_jobs.layers import PipelineTables
+from spark_jobs.tables import delta_version
 from spark_jobs.topology import query_name
 
 if TYPE_CHECKING:
@@ -164,7 +165,7 @@ def timeline(table: Path, since: float) -> list[list[float]]:
 
 def rows_committed(table: Path) -> int:
     """Rows added to `table` over its commits (the bench's tables only ever append)."""
-    return sum(c.rows_added for c in delta_log.commits(table)) if (table / "_delta_log").is_dir() else 0
+    return sum(c.rows_added for c in delta_log.commits(table))
 
 
 def exactly_once(table: Path, key: str | None, expected: int) -> Result:
@@ -542,7 +543,7 @@ def driver_progress(home: WeirHome, query: str, pipeline: str = PIPELINE) -> lis
 
     from spark_jobs.control.progress import table_path
 
-    if not (table_path(home) / "_delta_log").is_dir():
+    if delta_version(table_path(home)) is None:
         return []
     rows = DeltaTable(str(table_path(home))).to_pyarrow_table().to_pylist()
     name = query_name(catalog.load(pipeline), query)
@@ -610,7 +611,7 @@ def platform_steady_once(spec: Spec, data: Dataset, name: str) -> Result:
     feeder = FileFeeder(data, landing, float(spec.params["interval_s"]))
     try:
         # The feed starts once the driver has its tables: arrival is timed, not JVM start-up.
-        wait_until("the driver created silver", lambda: (silver / "_delta_log").is_dir(),
+        wait_until("the driver created silver", lambda: delta_version(silver) is not None,
                    spec.timeout_s, lambda: driver.poll() is None)
         feeder.start()
         wait_until("silver holds every valid event", lambda: rows_committed(silver) >= data.valid_events,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from spark_jobs.home import WeirHome
+from spark_jobs.tables import delta_version
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -17,7 +18,7 @@ def register_tables(spark: SparkSession, home: WeirHome) -> list[str]:
     if not home.tables.is_dir():
         return names
     for layer_dir in sorted(p for p in home.tables.iterdir() if p.is_dir()):
-        tables = sorted(p for p in layer_dir.iterdir() if (p / "_delta_log").is_dir())
+        tables = sorted(p for p in layer_dir.iterdir() if delta_version(p) is not None)
         if not tables:
             continue
         spark.sql(f"CREATE DATABASE IF NOT EXISTS `{layer_dir.name}`")

@@ -24,10 +24,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from pathlib import Path
 
     from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
     from pyspark.sql.types import StructType
@@ -84,7 +84,7 @@ class Fencing:
         flight then either landed before (and everything this holder reads includes it) or
         conflicts and fails, instead of landing later between this holder's own commits."""
         for path in paths:
-            if (path / "_delta_log").is_dir():
+            if delta_version(path) is not None:
                 commit_nothing(spark, path, self)
 
     def landed(self, path: Path, version: int) -> None:
@@ -107,8 +107,21 @@ class Fencing:
 
         app_id = cls(pipeline, 0).app_id
         versions = [LogReader(str(path)).transaction_version(app_id) or 0
-                    for path in paths if (path / "_delta_log").is_dir()]
+                    for path in paths if delta_version(path) is not None]
         return max(versions, default=0) >> 32
+
+
+def delta_version(table: Path) -> int | None:
+    """The latest committed version of the Delta table at `table`, from its `_delta_log` (no JVM);
+    None while it has no commit. A writer creates `_delta_log` before its first commit lands (by
+    rename, atomically), so "the folder exists" is not "the table exists": a read in between fails
+    with DELTA_TABLE_NOT_FOUND. Every check for a table's existence asks this."""
+    log_dir = Path(table) / "_delta_log"
+    if not log_dir.is_dir():
+        return None
+    versions = [int(p.name[:-5]) for p in log_dir.iterdir()
+                if p.name.endswith(".json") and p.name[:-5].isdigit()]
+    return max(versions) if versions else None
 
 
 class FencedWriteError(RuntimeError):

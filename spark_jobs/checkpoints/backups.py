@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from spark_jobs import topology
 from spark_jobs.checkpoints import layout
 from spark_jobs.layers import PipelineTables
+from spark_jobs.tables import delta_version
 
 if TYPE_CHECKING:
     from spark_jobs.catalog import Pipeline
@@ -87,16 +88,6 @@ def new_backup_id(now: dt.datetime | None = None) -> str:
     """Sortable by time, to the millisecond: `20261120T230501123Z-1a2b3c`."""
     now = now or dt.datetime.now(dt.UTC)
     return f"{now.strftime('%Y%m%dT%H%M%S')}{now.microsecond // 1000:03d}Z-{uuid.uuid4().hex[:6]}"
-
-
-def delta_version(table: Path) -> int | None:
-    """The latest committed version of a Delta table, from its `_delta_log` (no JVM)."""
-    log_dir = table / "_delta_log"
-    if not log_dir.is_dir():
-        return None
-    versions = [int(p.name[:-5]) for p in log_dir.iterdir()
-                if p.name.endswith(".json") and p.name[:-5].isdigit()]
-    return max(versions) if versions else None
 
 
 def table_versions(home: WeirHome, pipeline: Pipeline) -> dict[str, int | None]:

@@ -35,7 +35,7 @@ from spark_jobs.home import WeirHome
 from spark_jobs.landing_manifest import DIGEST_HEX_IN_SOURCE, file_digest
 from spark_jobs.layers import PipelineTables, ensure_tables
 from spark_jobs.session import build_session
-from spark_jobs.tables import retry_conflicts
+from spark_jobs.tables import delta_version, retry_conflicts
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -211,7 +211,7 @@ def _check_source(spark: SparkSession, home: WeirHome, p: Pipeline) -> dict[str,
             f"refresh --from-source of {p.name}: a {p.source.kind} source cannot be checked to still "
             "hold everything bronze has (retention); refresh --from-bronze instead")
     bronze = PipelineTables.of(home, p).bronze
-    if backups.delta_version(bronze) is None:
+    if delta_version(bronze) is None:
         sources: list[str] = []
     else:
         rows = spark.read.format("delta").load(str(bronze)).select("source").distinct()

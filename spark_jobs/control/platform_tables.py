@@ -110,7 +110,3 @@ def newest(path: Path, column: str, *, equals: dict[str, str] | None = None) -> 
             return None
         found = value if found is None else max(found, value)
     return found
-
-
-def exists(path: Path) -> bool:
-    return (path / "_delta_log").is_dir() and any((path / "_delta_log").glob("*.json"))

@@ -29,6 +29,7 @@ from spark_jobs.control.status import pipeline_status
 from spark_jobs.generator import Written, generate
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables
+from spark_jobs.tables import delta_version
 from spark_jobs.topology import queries_of
 from tests.airflow.airflow_services import AirflowServices, driver_processes
 from tests.helpers import assert_exactly_once, table
@@ -85,7 +86,7 @@ def run_once(spark, home: WeirHome) -> None:
 
 
 def silver_ids(spark, tables: PipelineTables) -> set[str]:
-    if not (tables.silver / "_delta_log").is_dir():
+    if delta_version(tables.silver) is None:
         return set()
     return {r[0] for r in table(spark, tables.silver).select("event_id").collect()}
 

@@ -18,6 +18,7 @@ from spark_jobs.control.driver import read_launch
 from spark_jobs.generator import generate
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables
+from spark_jobs.tables import delta_version
 from tests.airflow.supervision_harness import DRIVER_CONF, context
 from tests.helpers import assert_exactly_once, table
 from tests.support.inline import expect_deferred, next_event, tear_down
@@ -58,7 +59,7 @@ def test_stream_deployed_through_the_dag_runs_on_the_standalone_cluster(home: We
         assert launch is not None and f"--master {cluster['master_url']}" in " ".join(launch.command)
 
         def silver_complete() -> bool:
-            if not (tables.silver / "_delta_log").is_dir():
+            if delta_version(tables.silver) is None:
                 return False
             ids = {r[0] for r in table(spark, tables.silver).select("event_id").collect()}
             return ids >= written.event_ids

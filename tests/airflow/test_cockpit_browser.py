@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from spark_jobs.home import REPO_ROOT, WeirHome
+from spark_jobs.tables import delta_version
 from tests.helpers import assert_exactly_once, landing_keys, table
 from tests.support.make_up import MakeUp, make_up
 from tests.support.polling import wait_for
@@ -258,7 +259,7 @@ def bronze_sources(home: WeirHome) -> set[str]:
     from deltalake import DeltaTable
 
     path = home.table("bronze", "playback_events")
-    if not (path / "_delta_log").is_dir():
+    if delta_version(path) is None:
         return set()
     return set(DeltaTable(str(path)).to_pyarrow_dataset().to_table(columns=["source"])["source"].to_pylist())
 

@@ -40,6 +40,7 @@ from spark_jobs.control.store import PostgresStore, control_store
 from spark_jobs.generator import Written, generate
 from spark_jobs.home import REPO_ROOT, WeirHome
 from spark_jobs.layers import PipelineTables
+from spark_jobs.tables import delta_version
 from tests.airflow.airflow_services import AIRFLOW, COMPONENTS, AirflowServices
 from tests.cluster.conftest import ClusterServices, YarnCluster
 from tests.helpers import assert_exactly_once, table
@@ -236,7 +237,7 @@ def test_deploy_adopt_after_a_worker_kill_restart_after_a_yarn_kill_stop_and_bac
     def in_silver(expected: set[str]):
         def check() -> bool:
             observe()
-            if not (tables.silver / "_delta_log").is_dir():
+            if delta_version(tables.silver) is None:
                 return False
             return {r[0] for r in table(spark, tables.silver).select("event_id").collect()} >= expected
         return check
