@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-
     from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
     from pyspark.sql.types import StructType
 
