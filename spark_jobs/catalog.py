@@ -69,6 +69,16 @@ class RowRule:
                                f"not {self.action!r}")
 
 
+def positive(owner: str, *, optional: bool = False, **bounds: object) -> None:
+    """Refuse a bound that is not a positive whole number (None too, unless `optional`)."""
+    for name, value in bounds.items():
+        if value is None and optional:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            allowed = "a positive whole number" + (" or None" if optional else "")
+            raise CatalogError(f"{owner}: {name} must be {allowed}, not {value!r}")
+
+
 @dataclass(frozen=True)
 class FileSource:
     """JSON-lines files dropped (complete, by rename) into `WEIR_HOME/landing/<pipeline>/`, read
@@ -82,6 +92,11 @@ class FileSource:
     max_bytes_per_trigger: int = 128 << 20
     max_files_per_trigger: int | None = None
     max_bytes_per_partition: int = 16 << 20
+
+    def __post_init__(self) -> None:
+        positive("files source", max_bytes_per_trigger=self.max_bytes_per_trigger,
+                 max_bytes_per_partition=self.max_bytes_per_partition)
+        positive("files source", optional=True, max_files_per_trigger=self.max_files_per_trigger)
 
 
 @dataclass(frozen=True)
@@ -105,6 +120,12 @@ class KafkaSource:
     connection: str | None = None
     partitions: int = 3
     kind: Literal["kafka"] = "kafka"
+
+    def __post_init__(self) -> None:
+        # 0 must not read as "unbounded": the opt-out is None, written on purpose.
+        positive(f"kafka source {self.topic}", optional=True,
+                 max_offsets_per_trigger=self.max_offsets_per_trigger)
+        positive(f"kafka source {self.topic}", partitions=self.partitions)
 
 
 @dataclass(frozen=True)

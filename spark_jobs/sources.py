@@ -62,6 +62,10 @@ def _kafka(spark: SparkSession, pipeline: Pipeline, home: WeirHome, source: Kafk
     log.info("%s reads Kafka topic %s (id %s, %d partitions) from %s, max %s offsets per batch",
              pipeline.name, source.topic, topic.topic_id, topic.partitions, conn.describe(),
              source.max_offsets_per_trigger or "all")
+    if source.max_offsets_per_trigger is None:
+        log.warning("%s: max_offsets_per_trigger=None takes the whole backlog of topic %s in one "
+                    "micro-batch; the driver's memory then grows with the backlog (the catalog's "
+                    "default bounds it)", pipeline.name, source.topic)
     records = spark.readStream.format("kafka").options(**options).load()
     return bronze_columns(
         records,

@@ -1,0 +1,66 @@
+"""A source's batch bounds are checked when its catalog entry loads: a bound of 0, a negative one
+or one of the wrong type is refused with the entry and the setting named, instead of reading as
+"unbounded" (Kafka's opt-out is None, written on purpose) or stalling the landing reader."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from spark_jobs import catalog
+from spark_jobs.catalog import CatalogError, FileSource, KafkaSource
+from spark_jobs.home import REPO_ROOT
+
+PLAYBACK = REPO_ROOT / "conf" / "pipelines" / "playback.py"
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda: FileSource(max_bytes_per_trigger=0),
+     "files source: max_bytes_per_trigger must be a positive whole number, not 0"),
+    (lambda: FileSource(max_bytes_per_trigger=None),
+     "files source: max_bytes_per_trigger must be a positive whole number, not None"),
+    (lambda: FileSource(max_bytes_per_partition=-1),
+     "files source: max_bytes_per_partition must be a positive whole number, not -1"),
+    (lambda: FileSource(max_files_per_trigger=0),
+     "files source: max_files_per_trigger must be a positive whole number or None, not 0"),
+    (lambda: FileSource(max_bytes_per_trigger="128MB"),
+     "files source: max_bytes_per_trigger must be a positive whole number, not '128MB'"),
+    (lambda: KafkaSource("t", max_offsets_per_trigger=0),
+     "kafka source t: max_offsets_per_trigger must be a positive whole number or None, not 0"),
+    (lambda: KafkaSource("t", max_offsets_per_trigger=True),
+     "kafka source t: max_offsets_per_trigger must be a positive whole number or None, not True"),
+    (lambda: KafkaSource("t", partitions=0),
+     "kafka source t: partitions must be a positive whole number, not 0"),
+])
+def test_a_bound_that_is_not_a_positive_whole_number_is_refused(make, message: str) -> None:
+    with pytest.raises(CatalogError) as caught:
+        make()
+    assert str(caught.value) == message
+
+
+def test_the_defaults_and_the_explicit_opt_out_are_accepted() -> None:
+    assert FileSource().max_files_per_trigger is None
+    assert KafkaSource("t").max_offsets_per_trigger == 200_000
+    assert KafkaSource("t", max_offsets_per_trigger=None).max_offsets_per_trigger is None
+
+
+def test_a_bad_bound_in_an_entry_names_the_entry_file(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    pipelines = tmp_path / "pipelines"
+    pipelines.mkdir()
+    entry = pipelines / "zero.py"
+    entry.write_text(f'''
+import dataclasses, importlib.util
+from spark_jobs.catalog import KafkaSource
+_spec = importlib.util.spec_from_file_location("weir_real_playback", {str(PLAYBACK)!r})
+_real = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_real)
+PIPELINE = dataclasses.replace(_real.PIPELINE, name="zero",
+                               source=KafkaSource("events", max_offsets_per_trigger=0))
+''')
+    monkeypatch.setenv("WEIR_CONF", str(tmp_path))
+    with pytest.raises(CatalogError) as caught:
+        catalog.load("zero")
+    assert str(caught.value) == (f"{entry}: kafka source events: max_offsets_per_trigger must be a "
+                                 "positive whole number or None, not 0")
