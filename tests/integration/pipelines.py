@@ -8,7 +8,7 @@ from pathlib import Path
 
 from spark_jobs import catalog
 from spark_jobs.catalog import FileSource, Pipeline
-from spark_jobs.home import REPO_ROOT
+from tests.support.catalog_entries import derived_entry
 
 
 def playback(files_per_trigger: int | None = 1, trigger: str = "1 second",
@@ -22,18 +22,7 @@ def write_catalog(folder: Path, files_per_trigger: int | None = 1, trigger: str 
                   max_bytes_per_trigger: int = 64 << 20, **fields: float | str) -> Path:
     """A catalog folder with `playback` in small batches (and any other `fields` of the entry
     replaced); point WEIR_CONF at the returned path."""
-    replaced = "".join(f", {name}={value!r}" for name, value in fields.items())
-    pipelines = folder / "pipelines"
-    pipelines.mkdir(parents=True, exist_ok=True)
-    real = REPO_ROOT / "conf" / "pipelines" / "playback.py"
-    (pipelines / "playback.py").write_text(f'''
-import dataclasses, importlib.util
-from spark_jobs.catalog import FileSource
-_spec = importlib.util.spec_from_file_location("weir_real_playback", {str(real)!r})
-_real = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_real)
-PIPELINE = dataclasses.replace(_real.PIPELINE, trigger_interval={trigger!r}, shuffle_partitions=2,
-                               source=FileSource(max_files_per_trigger={files_per_trigger},
-                                                 max_bytes_per_trigger={max_bytes_per_trigger}){replaced})
-''')
-    return folder
+    return derived_entry(folder, "playback", trigger_interval=repr(trigger), shuffle_partitions="2",
+                         source=f"FileSource(max_files_per_trigger={files_per_trigger!r}, "
+                                f"max_bytes_per_trigger={max_bytes_per_trigger!r})",
+                         **{name: repr(value) for name, value in fields.items()})

@@ -21,6 +21,7 @@ from spark_jobs import catalog
 from spark_jobs.catalog import KafkaSource, Pipeline
 from spark_jobs.home import REPO_ROOT, WeirHome
 from spark_jobs.kafka import KafkaConnection
+from tests.support.catalog_entries import derived_entry
 
 BROKER = REPO_ROOT / "infra" / "kafka" / "broker.py"
 
@@ -59,25 +60,10 @@ def kafka_pipeline(topic: str, bootstrap: str, **source: object) -> Pipeline:
 
 def write_catalog(folder: Path, topic: str, bootstrap: str, **source: object) -> Path:
     """A WEIR_CONF folder whose `playback_kafka` reads `topic` (for driver subprocesses)."""
-    pipelines = folder / "pipelines"
-    pipelines.mkdir(parents=True, exist_ok=True)
     args = ", ".join([f"topic={topic!r}", f"bootstrap_servers={bootstrap!r}",
                       *(f"{k}={v!r}" for k, v in source.items())])
-    (pipelines / "playback_kafka.py").write_text(f'''"""Test entry: playback_kafka on {topic}."""
-import dataclasses
-import importlib.util
-
-from spark_jobs.catalog import KafkaSource
-from spark_jobs.home import REPO_ROOT
-
-_spec = importlib.util.spec_from_file_location(
-    "weir_test_playback_kafka", REPO_ROOT / "conf" / "pipelines" / "playback_kafka.py")
-_base = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_base)
-PIPELINE = dataclasses.replace(_base.PIPELINE, trigger_interval="2 seconds", shuffle_partitions=2,
-                               source=KafkaSource({args}))
-''')
-    return folder
+    return derived_entry(folder, "playback_kafka", base="playback_kafka", trigger_interval='"2 seconds"',
+                         shuffle_partitions="2", source=f"KafkaSource({args})")
 
 
 def driver_env(home: WeirHome, conf: Path) -> dict[str, str]:

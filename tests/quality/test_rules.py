@@ -13,11 +13,10 @@ from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs import catalog, transforms
 from spark_jobs.catalog import CatalogError, RowRule
-from spark_jobs.home import REPO_ROOT
 from spark_jobs.quality import rules, suites
+from tests.support.catalog_entries import derived_entry
 
 NOW = dt.datetime(2026, 11, 19, 20, 0, tzinfo=dt.UTC)
-PLAYBACK_ENTRY = REPO_ROOT / "conf" / "pipelines" / "playback.py"
 
 
 def bronze(spark: SparkSession, events: list[dict[str, object]]) -> DataFrame:
@@ -81,17 +80,7 @@ def test_a_fail_rule_stops_the_batch(spark: SparkSession) -> None:
 
 def write_entry(conf: Path, name: str, row_rules: str) -> None:
     """A catalog entry `name`: the real playback entry in tables of its own, with `row_rules`."""
-    pipelines = conf / "pipelines"
-    pipelines.mkdir(parents=True, exist_ok=True)
-    (pipelines / f"{name}.py").write_text(f'''
-import dataclasses, importlib.util
-from spark_jobs.catalog import RowRule
-_spec = importlib.util.spec_from_file_location("weir_real_playback", {str(PLAYBACK_ENTRY)!r})
-_real = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_real)
-PIPELINE = dataclasses.replace(_real.PIPELINE, name={name!r}, events_table={name + "_events"!r},
-                               row_rules={row_rules})
-''')
+    derived_entry(conf, name, events_table=repr(f"{name}_events"), row_rules=row_rules)
 
 
 def test_a_rule_declared_in_a_catalog_entry_is_applied(

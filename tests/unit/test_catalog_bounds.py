@@ -1,6 +1,6 @@
 """A source's batch bounds are checked when its catalog entry loads: a bound of 0, a negative one
 or one of the wrong type is refused with the entry and the setting named, instead of reading as
-"unbounded" (Kafka's opt-out is None, written on purpose) or stalling the landing reader."""
+"unbounded" (Kafka's opt-out is None, written on purpose) or failing only when the stream starts."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ import pytest
 
 from spark_jobs import catalog
 from spark_jobs.catalog import CatalogError, FileSource, KafkaSource
-from spark_jobs.home import REPO_ROOT
-
-PLAYBACK = REPO_ROOT / "conf" / "pipelines" / "playback.py"
+from tests.support.catalog_entries import derived_entry
 
 
 @pytest.mark.parametrize(("make", "message"), [
@@ -47,20 +45,10 @@ def test_the_defaults_and_the_explicit_opt_out_are_accepted() -> None:
 
 def test_a_bad_bound_in_an_entry_names_the_entry_file(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    pipelines = tmp_path / "pipelines"
-    pipelines.mkdir()
-    entry = pipelines / "zero.py"
-    entry.write_text(f'''
-import dataclasses, importlib.util
-from spark_jobs.catalog import KafkaSource
-_spec = importlib.util.spec_from_file_location("weir_real_playback", {str(PLAYBACK)!r})
-_real = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_real)
-PIPELINE = dataclasses.replace(_real.PIPELINE, name="zero",
-                               source=KafkaSource("events", max_offsets_per_trigger=0))
-''')
+    derived_entry(tmp_path, "zero", source='KafkaSource("events", max_offsets_per_trigger=0)')
     monkeypatch.setenv("WEIR_CONF", str(tmp_path))
     with pytest.raises(CatalogError) as caught:
         catalog.load("zero")
+    entry = tmp_path / "pipelines" / "zero.py"
     assert str(caught.value) == (f"{entry}: kafka source events: max_offsets_per_trigger must be a "
                                  "positive whole number or None, not 0")
