@@ -1,8 +1,15 @@
 """Approval before a destructive action (restore, rewind, reset, prune, refresh): the approver sees
 the action's dry-run plan (what the `plan` task returned, as Markdown) in Airflow's Required
 Actions, and answers Approve or Reject with a reason, through Airflow's human-in-the-loop
-`ApprovalOperator`. A rejection skips the action; a timeout fails the approval, so the action
-never runs: either way nothing changes, and the event log says who decided (or that nobody did).
+`ApprovalOperator`. A rejection skips the action; a timeout fails the approval for good (no
+second wait), so the action never runs: either way nothing changes, and the event log says who
+decided (or that nobody did).
+
+The approval is retried once, because Airflow 3.3 can fail it after a person answered: an answer
+given while the worker of the parked try is still exiting resumes the task, and the executor's late
+"success" of that worker then reads as a state mismatch and fails the resumed try (the
+apache/airflow#71580 / #72716 family; `infra/airflow/airflow.env` shortens that window to about a
+second). The retry asks again, in Required Actions, instead of failing the run.
 """
 
 from __future__ import annotations
@@ -14,11 +21,15 @@ from typing import Any
 
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import Param
+from airflow.sdk.exceptions import AirflowFailException
 
 from spark_jobs.control import eventlog
 
 log = logging.getLogger(__name__)
 RESPONSE_TIMEOUT = dt.timedelta(hours=12)
+# One more try, soon, if Airflow fails the approval itself (see above); never after a timeout.
+RETRIES = 1
+RETRY_DELAY = dt.timedelta(seconds=5)
 PLAN_TASK = "plan"
 
 
@@ -43,6 +54,7 @@ class PlanApprovalOperator(ApprovalOperator):
                  response_timeout: dt.timedelta = RESPONSE_TIMEOUT, **kwargs: Any) -> None:
         # The DAG hands its own Params down too: the approver's form asks for a reason only.
         kwargs.pop("params", None)
+        kwargs.update(retries=RETRIES, retry_delay=RETRY_DELAY)   # over the DAG's default_args
         params = {"reason": Param("", type="string", description="why you approve or reject it")}
         super().__init__(
             subject=f"Approve {event_action} of {pipeline}?",
@@ -56,7 +68,10 @@ class PlanApprovalOperator(ApprovalOperator):
             outcome = "timed out" if event.get("error_type") == "timeout" else "approval failed"
             self._record(outcome, "airflow", str(event.get("error"))[:500],
                          {"approval": {"decision": None, "error": event.get("error")}})
-            return super().execute_complete(context, event)      # raises: the action never runs
+            try:
+                return super().execute_complete(context, event)
+            except Exception as error:        # fails for good: a retry would wait all over again
+                raise AirflowFailException(f"{self.event_action} of {self.pipeline}: {outcome}") from error
         approval = approval_of(event)
         if approval["decision"] != self.APPROVE:
             # Recorded first: a rejection ends the operator by raising the skip of the action.

@@ -181,6 +181,9 @@ def test_on_call_restart_from_a_backup_approved_in_airflow_on_a_live_stream(
         return True
 
     wait_for("the restart's plan in Required Actions", awaiting, 300, poll_s=3)
+    # A person reads the plan for longer than Airflow needs to be done with the worker that parked
+    # the approval; answering sooner can have Airflow fail it (plugins/weir_airflow/approval.py).
+    wait_for("Airflow done with the parked approval's worker", lambda: parked_worker_done(stack), 60)
     page.get_by_text(f"Approve restart restore_backup of {P}?").wait_for()
     page.get_by_text(backup["id"]).first.wait_for()   # the plan names the backup restored
     page.locator("#element_reason").fill(APPROVAL_REASON)
@@ -247,6 +250,14 @@ def weir(stack: Stack, *args: str) -> str:
                           timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
+
+
+def parked_worker_done(stack: Stack) -> bool:
+    """Whether the scheduler has processed the exit of the worker that parked the restart's approval
+    (its log says so; nothing in the REST API does)."""
+    scheduler_log = (stack.home.logs / "airflow-standalone.log").read_text(errors="replace")
+    return ("Received executor event with state success for task instance "
+            f"TaskInstanceKey(dag_id='{P}_restart', task_id='approve'") in scheduler_log
 
 
 def sources(files: list[Path]) -> set[str]:
