@@ -39,6 +39,7 @@ for dag_id, dag in bag.dags.items():
         "params": {k: v.value if not hasattr(v, "dump") else v.dump() for k, v in dag.params.items()},
         "max_active_runs": dag.max_active_runs,
         "callbacks": [bool(t.on_failure_callback) for t in dag.tasks],
+        "retries": {t.task_id: [t.retries, t.retry_delay.total_seconds()] for t in dag.tasks},
         "schedule_assets": [asset(a) for a in getattr(condition, "objects", [])],
         "inlets": {t.task_id: [asset(a) for a in t.inlets] for t in dag.tasks if t.inlets},
         "outlets": {t.task_id: [asset(a) for a in t.outlets] for t in dag.tasks if t.outlets},
@@ -89,6 +90,9 @@ def test_every_pipeline_has_its_dags_with_owner_tags_and_alerts(parsed: dict) ->
         assert dags[f"{name}_restart"]["tasks"] == ["approve", "deploy", "plan", "restart", "route"]
         assert dags[f"{name}_checkpoint"]["tasks"] == ["approve", "checkpoint", "plan", "route"]
         assert dags[f"{name}_refresh"]["tasks"] == ["approve", "plan", "refresh"]
+        # An approval Airflow fails after it was answered asks again, soon (weir_airflow.approval).
+        for kind in ("restart", "checkpoint", "refresh"):
+            assert dags[f"{name}_{kind}"]["retries"]["approve"] == [1, 5.0], kind
 
 
 def test_on_call_params(parsed: dict) -> None:
