@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_jobs.home import REPO_ROOT, WeirHome
-from spark_jobs.tables import add_missing_columns, ensure_table
+from spark_jobs.tables import add_missing_columns, delta_version, ensure_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -71,26 +71,36 @@ def read_dimension(spark: SparkSession, tables: PipelineTables) -> DataFrame | N
 
 
 def ensure_tables(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> PipelineTables:
-    """Create the pipeline's tables (and seed its dimension) if they do not exist yet."""
+    """Create the pipeline's tables (and seed its dimension) if they do not exist yet. A driver
+    calls this at every start: when every table exists (the common case), no schema is derived."""
     from spark_jobs import transforms
 
     tables = PipelineTables.of(home, pipeline)
-    empty_bronze = spark.createDataFrame([], transforms.BRONZE_SCHEMA)
-    parsed = transforms.parse(empty_bronze, pipeline)
-    dimension = None
     if pipeline.dimension is not None and tables.dimension is not None:
         _seed_dimension(spark, tables.dimension, pipeline)
-        dimension = read_dimension(spark, tables)
-    silver = transforms.silver(parsed, dimension, pipeline)
-    ensure_table(spark, tables.bronze, transforms.BRONZE_TABLE_SCHEMA, ["ingest_date"])
+    missing = {key: path for key, path in tables.outputs().items() if delta_version(path) is None}
+    if missing:
+        schemas = output_schemas(spark, tables, pipeline)
+        for key, path in missing.items():
+            partition = "ingest_date" if key in ("bronze", "quarantine") else "event_date"
+            ensure_table(spark, path, schemas[key], [partition])
     # bronze created before `event_date_hint` existed: its old rows read it as null
     add_missing_columns(spark, tables.bronze, transforms.BRONZE_TABLE_SCHEMA)
-    ensure_table(spark, tables.quarantine, transforms.rejects(parsed).schema, ["ingest_date"])
-    ensure_table(spark, tables.silver, silver.schema, ["event_date"])
-    ensure_table(spark, tables.gold, transforms.aggregate(silver, pipeline).schema, ["event_date"])
-    if tables.sessions is not None:
-        ensure_table(spark, tables.sessions, session_schema(silver, pipeline), ["event_date"])
     return tables
+
+
+def output_schemas(spark: SparkSession, tables: PipelineTables, pipeline: Pipeline) -> dict[str, StructType]:
+    """Key (as in `PipelineTables.outputs`) → the schema its rows have: the transforms' output
+    on empty input."""
+    from spark_jobs import transforms
+
+    parsed = transforms.parse(spark.createDataFrame([], transforms.BRONZE_SCHEMA), pipeline)
+    silver = transforms.silver(parsed, read_dimension(spark, tables), pipeline)
+    schemas = {"bronze": transforms.BRONZE_TABLE_SCHEMA, "quarantine": transforms.rejects(parsed).schema,
+               "silver": silver.schema, "gold": transforms.aggregate(silver, pipeline).schema}
+    if tables.sessions is not None:
+        schemas["sessions"] = session_schema(silver, pipeline)
+    return schemas
 
 
 def session_schema(silver: DataFrame, pipeline: Pipeline) -> StructType:
@@ -101,11 +111,9 @@ def session_schema(silver: DataFrame, pipeline: Pipeline) -> StructType:
 
 
 def _seed_dimension(spark: SparkSession, path: Path, pipeline: Pipeline) -> None:
-    from delta.tables import DeltaTable
-
     dim = pipeline.dimension
     assert dim is not None
-    if DeltaTable.isDeltaTable(spark, str(path)) or dim.seed_csv is None:
+    if delta_version(path) is not None or dim.seed_csv is None:
         return
     with open(REPO_ROOT / dim.seed_csv, newline="") as handle:
         rows = list(csv.DictReader(handle))

@@ -18,10 +18,12 @@ Concurrent commits (stream + back-fill + compaction) are retried within a bound,
 from __future__ import annotations
 
 import datetime
+import functools
 import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,9 +84,10 @@ class Fencing:
         after it takes the lease and before it reads anything: an older holder's commit still in
         flight then either landed before (and everything this holder reads includes it) or
         conflicts and fails, instead of landing later between this holder's own commits."""
-        for path in paths:
-            if delta_version(path) is not None:
-                commit_nothing(spark, path, self)
+        claims = {str(path): functools.partial(commit_nothing, spark, path, self)
+                  for path in paths if delta_version(path) is not None}
+        # side by side: each is a commit of its own, and a driver's start waits for all of them
+        run_concurrently(claims, what=f"{self.pipeline}: claim")
 
     def landed(self, path: Path, version: int) -> None:
         """Raise `FencedWriteError` unless the table's last commit under the token is `version`:
@@ -121,6 +124,22 @@ def delta_version(table: Path) -> int | None:
     versions = [int(p.name[:-5]) for p in log_dir.iterdir()
                 if p.name.endswith(".json") and p.name[:-5].isdigit()]
     return max(versions) if versions else None
+
+
+def run_concurrently(actions: dict[str, Callable[[], T]], *, what: str) -> dict[str, T]:
+    """Run independent Spark actions on their own threads (their jobs, Delta commits and planning
+    overlap instead of queueing) and return their results by name. The first failure is raised
+    once every action has ended, so none is left writing behind a failed batch."""
+    if not actions:
+        return {}
+    with ThreadPoolExecutor(max_workers=len(actions), thread_name_prefix="weir-write") as pool:
+        futures = {name: pool.submit(action) for name, action in actions.items()}
+    failed = [(name, f.exception()) for name, f in futures.items() if f.exception() is not None]
+    for name, err in failed[1:]:
+        log.error("%s: %s failed too: %s", what, name, err)
+    if failed:
+        raise failed[0][1]  # type: ignore[misc]
+    return {name: f.result() for name, f in futures.items()}
 
 
 class FencedWriteError(RuntimeError):
@@ -182,7 +201,7 @@ def ensure_table(spark: SparkSession, path: Path, schema: StructType,
     """Create the Delta table at `path` with `schema` unless it exists."""
     from delta.tables import DeltaTable
 
-    if DeltaTable.isDeltaTable(spark, str(path)):
+    if delta_version(path) is not None:
         return
     builder = DeltaTable.createIfNotExists(spark).location(str(path)).addColumns(schema)
     partitions = list(partition_by)
