@@ -250,7 +250,7 @@ def rebuild_from_silver(spark: SparkSession, pipeline: Pipeline, home: WeirHome,
     if latest_version(spark, tables.silver) == version:
         # The queries start at V+1, which must exist: Delta refuses a future version, and `latest`
         # (resolved only at a query's first batch) would skip a commit made in between.
-        commit_nothing(spark, tables.silver, fencing)
+        commit_nothing(tables.silver, fencing)
     return rebuilt
 
 

@@ -348,7 +348,7 @@ def _run_queries(spark: SparkSession, pipeline: Pipeline, home: WeirHome, *, onc
     tables = ensure_tables(spark, home, pipeline)
     held = fencing(pipeline.name)
     if held is not None:
-        held.claim(spark, tables.outputs().values())
+        held.claim(tables.outputs().values())
     for query in queries_of(pipeline):
         for leftover in clear_interrupted_writes(checkpoint_location(home, pipeline, query)):
             log.warning("%s: removed %s, left half-written by a crash", pipeline.name, leftover)

@@ -160,7 +160,7 @@ def test_a_commit_in_flight_when_a_newer_holder_takes_the_lease_cannot_land(spar
     old, new = Fencing("p", 1), Fencing("p", 2)
     with ThreadPoolExecutor(1) as pool:
         path, in_flight, release = hold_a_merge_open(spark, tmp_path, pool, old)
-        new.claim(spark, [path, tmp_path / "no-such-table"])
+        new.claim([path, tmp_path / "no-such-table"])
         release.touch()
         with pytest.raises(FencedWriteError, match="did not land"):
             in_flight.result(300)
