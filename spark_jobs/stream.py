@@ -26,7 +26,9 @@ import operator
 import signal
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, TypeVar
 
 from pyspark.sql import functions as F
 
@@ -49,7 +51,6 @@ from spark_jobs.tables import (
     key_ranges,
     keys_not_broadcast,
     partitions_holding,
-    run_concurrently,
     upsert,
 )
 from spark_jobs.timing import StepTimes
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
     from spark_jobs.control.heartbeat import DriverMonitor
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 STOP_TIMEOUT_S = 60.0
 
 
@@ -159,6 +161,20 @@ class IngestBatch:
                      steps.elapsed(), steps)
         finally:
             parsed.unpersist()
+
+
+def run_concurrently(actions: dict[str, Callable[[], T]], *, what: str) -> dict[str, T]:
+    """Run independent Spark actions on their own threads (their jobs, Delta commits and planning
+    overlap instead of queueing) and return their results by name. The first failure is raised
+    once every action has ended, so none is left writing behind a failed batch."""
+    with ThreadPoolExecutor(max_workers=len(actions), thread_name_prefix="weir-write") as pool:
+        futures = {name: pool.submit(action) for name, action in actions.items()}
+    failed = [(name, f.exception()) for name, f in futures.items() if f.exception() is not None]
+    for name, err in failed[1:]:
+        log.error("%s: %s failed too: %s", what, name, err)
+    if failed:
+        raise failed[0][1]  # type: ignore[misc]
+    return {name: f.result() for name, f in futures.items()}
 
 
 class GoldBatch:

@@ -22,7 +22,6 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,22 +121,6 @@ def delta_version(table: Path) -> int | None:
     versions = [int(p.name[:-5]) for p in log_dir.iterdir()
                 if p.name.endswith(".json") and p.name[:-5].isdigit()]
     return max(versions) if versions else None
-
-
-def run_concurrently(actions: dict[str, Callable[[], T]], *, what: str) -> dict[str, T]:
-    """Run independent Spark actions on their own threads (their jobs, Delta commits and planning
-    overlap instead of queueing) and return their results by name. The first failure is raised
-    once every action has ended, so none is left writing behind a failed batch."""
-    if not actions:
-        return {}
-    with ThreadPoolExecutor(max_workers=len(actions), thread_name_prefix="weir-write") as pool:
-        futures = {name: pool.submit(action) for name, action in actions.items()}
-    failed = [(name, f.exception()) for name, f in futures.items() if f.exception() is not None]
-    for name, err in failed[1:]:
-        log.error("%s: %s failed too: %s", what, name, err)
-    if failed:
-        raise failed[0][1]  # type: ignore[misc]
-    return {name: f.result() for name, f in futures.items()}
 
 
 class FencedWriteError(RuntimeError):

@@ -5,6 +5,7 @@ interleaving with an old holder's Spark commit in flight is `test_fencing.py`'s.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,6 +24,12 @@ def a_table(tmp_path: Path) -> Path:
     return path
 
 
+def actions(path: Path, version: int) -> set[str]:
+    """The kinds of action the commit of `version` holds."""
+    log = path / "_delta_log" / f"{version:020d}.json"
+    return {next(iter(json.loads(line))) for line in log.read_text().splitlines() if line.strip()}
+
+
 def held(path: Path) -> tuple[int, int | None]:
     table = DeltaTable(str(path))
     return table.version(), table.transaction_version(APP)
@@ -32,6 +39,7 @@ def test_a_claim_commits_no_row_and_carries_the_token(tmp_path: Path) -> None:
     path = a_table(tmp_path)
     Fencing("p", 2).claim([path, tmp_path / "no-such-table"])
     assert held(path) == (1, (2 << 32) | 1)
+    assert actions(path, 1) == {"commitInfo", "txn"}    # no file, and no metadata a writer would race
     newest = DeltaTable(str(path)).history(1)[0]
     assert newest["operationMetrics"]["numOutputRows"] == "0", newest   # the asset watcher's "no data"
     assert DeltaTable(str(path)).to_pyarrow_table().num_rows == 1

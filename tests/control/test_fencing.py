@@ -19,6 +19,7 @@ from spark_jobs import stream, topology
 from spark_jobs.generator import generate
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables
+from tests.control.test_claim import actions
 from tests.helpers import assert_exactly_once, table
 from tests.integration.pipelines import playback, write_catalog
 from tests.support.polling import wait_for
@@ -161,6 +162,9 @@ def test_a_commit_in_flight_when_a_newer_holder_takes_the_lease_cannot_land(spar
     with ThreadPoolExecutor(1) as pool:
         path, in_flight, release = hold_a_merge_open(spark, tmp_path, pool, old)
         new.claim([path, tmp_path / "no-such-table"])
+        # written by delta-rs on a table Spark created: no file, and no metadata Spark's writers
+        # would see as a concurrent change
+        assert actions(path, 1) == {"commitInfo", "txn"}
         release.touch()
         with pytest.raises(FencedWriteError, match="did not land"):
             in_flight.result(300)

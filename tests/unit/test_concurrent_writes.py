@@ -1,4 +1,4 @@
-"""`tables.run_concurrently`: the ingest batch's independent writes run side by side, and a failure is
+"""`stream.run_concurrently`: the ingest batch's independent writes run side by side, and a failure is
 raised only once every write has ended (none is left writing behind a failed batch)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from spark_jobs.tables import run_concurrently
+from spark_jobs.stream import run_concurrently
 
 
 def test_actions_overlap_and_all_run() -> None:
@@ -40,7 +40,3 @@ def test_a_failure_is_raised_after_the_other_writes_end() -> None:
     with pytest.raises(ValueError, match="commit refused"):
         run_concurrently({"silver": slow, "bronze": broken}, what="test")
     assert finished.is_set()
-
-
-def test_nothing_to_run_returns_nothing() -> None:
-    assert run_concurrently({}, what="a claim of a home with no table yet") == {}
