@@ -151,9 +151,8 @@ def commit_nothing(path: Path, fencing: Fencing | None) -> None:
     Delta fails it once this commit lands first (`tests/control/test_fencing.py`)."""
     from deltalake import CommitProperties, PostCommitHookProperties, Transaction
     from deltalake import DeltaTable as LogWriter
-    from deltalake.exceptions import CommitFailedError
 
-    for attempt in range(1, MAX_ATTEMPTS + 1):
+    def commit() -> None:
         table = LogWriter(str(path))
         transactions, version = None, None
         if fencing is not None:
@@ -164,27 +163,20 @@ def commit_nothing(path: Path, fencing: Fencing | None) -> None:
                     f"{fencing.pipeline}: {path} carries fencing version {held}, above this holder's "
                     f"{version}: a newer lease holder has committed; this driver stops")
             transactions = [Transaction(fencing.app_id, version, int(time.time() * 1000))]
-        try:
-            table.create_write_transaction(
-                [], mode="append", schema=table.schema(),
-                partition_by=table.metadata().partition_columns or None,
-                # the metrics Spark records for an append of no rows: readers of the history (the
-                # asset watcher, `weir_airflow.delta_watch`) tell a commit that changed no data by them
-                commit_properties=CommitProperties(
-                    app_transactions=transactions,
-                    custom_metadata={"operationMetrics": NO_ROWS_METRICS}),
-                # checkpoints and log clean-up stay the JVM writers' (the table's own settings)
-                post_commithook_properties=PostCommitHookProperties(
-                    create_checkpoint=False, cleanup_expired_logs=False))
-        except CommitFailedError as err:
-            if attempt == MAX_ATTEMPTS:
-                raise
-            log.warning("%s: empty commit conflicted (%s), retry %d/%d", path, err, attempt,
-                        MAX_ATTEMPTS - 1)
-            continue
+        table.create_write_transaction(
+            [], mode="append", schema=table.schema(),
+            partition_by=table.metadata().partition_columns or None,
+            # the metrics Spark records for an append of no rows: readers of the history (the
+            # asset watcher, `weir_airflow.delta_watch`) tell a commit that changed no data by them
+            commit_properties=CommitProperties(
+                app_transactions=transactions, custom_metadata={"operationMetrics": NO_ROWS_METRICS}),
+            # checkpoints and log clean-up stay the JVM writers' (the table's own settings)
+            post_commithook_properties=PostCommitHookProperties(
+                create_checkpoint=False, cleanup_expired_logs=False))
         if fencing is not None and version is not None:
             fencing.landed(path, version)
-        return
+
+    retry_conflicts(commit, what=f"empty commit to {path}")
 
 
 def _dml(spark: SparkSession, path: Path, statement: Callable[[], None],
@@ -200,10 +192,12 @@ CONFLICT_CLASSES = ("[DELTA_CONCURRENT_", "[DELTA_METADATA_CHANGED]", "[DELTA_PR
 
 def is_conflict(err: BaseException) -> bool:
     """A Delta optimistic-concurrency conflict: converted to Delta's Python class, or (when it
-    reaches Python wrapped or unconverted) recognised by its error class."""
+    reaches Python wrapped or unconverted) recognised by its error class; or delta-rs's failed
+    commit (`commit_nothing`)."""
     from delta.exceptions import DeltaConcurrentModificationException
+    from deltalake.exceptions import CommitFailedError
 
-    return isinstance(err, DeltaConcurrentModificationException) or any(
+    return isinstance(err, DeltaConcurrentModificationException | CommitFailedError) or any(
         marker in str(err) for marker in CONFLICT_CLASSES)
 
 
