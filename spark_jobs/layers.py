@@ -80,7 +80,7 @@ def ensure_tables(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> Pi
         _seed_dimension(spark, tables.dimension, pipeline)
     missing = {key: path for key, path in tables.outputs().items() if delta_version(path) is None}
     if missing:
-        schemas = output_schemas(spark, tables, pipeline)
+        schemas = output_schemas(spark, pipeline, read_dimension(spark, tables))
         for key, path in missing.items():
             partition = "ingest_date" if key in ("bronze", "quarantine") else "event_date"
             ensure_table(spark, path, schemas[key], [partition])
@@ -89,16 +89,17 @@ def ensure_tables(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> Pi
     return tables
 
 
-def output_schemas(spark: SparkSession, tables: PipelineTables, pipeline: Pipeline) -> dict[str, StructType]:
-    """Key (as in `PipelineTables.outputs`) → the schema its rows have: the transforms' output
-    on empty input."""
+def output_schemas(spark: SparkSession, pipeline: Pipeline,
+                   dimension: DataFrame | None) -> dict[str, StructType]:
+    """Key (as in `PipelineTables.outputs`) → the schema the code writes there: the transforms'
+    output on empty input, enriched from `dimension`."""
     from spark_jobs import transforms
 
     parsed = transforms.parse(spark.createDataFrame([], transforms.BRONZE_SCHEMA), pipeline)
-    silver = transforms.silver(parsed, read_dimension(spark, tables), pipeline)
+    silver = transforms.silver(parsed, dimension, pipeline)
     schemas = {"bronze": transforms.BRONZE_TABLE_SCHEMA, "quarantine": transforms.rejects(parsed).schema,
                "silver": silver.schema, "gold": transforms.aggregate(silver, pipeline).schema}
-    if tables.sessions is not None:
+    if pipeline.sessions is not None:
         schemas["sessions"] = session_schema(silver, pipeline)
     return schemas
 

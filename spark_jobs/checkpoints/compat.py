@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 from delta.tables import DeltaTable
 from py4j.protocol import Py4JJavaError
 
-from spark_jobs import queries, sessions, topology, transforms
+from spark_jobs import queries, sessions, topology
 from spark_jobs.catalog import KafkaSource
 from spark_jobs.checkpoints import layout
-from spark_jobs.layers import PipelineTables, read_dimension, session_schema
+from spark_jobs.layers import PipelineTables, output_schemas, read_dimension
+from spark_jobs.tables import delta_version
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -318,18 +319,14 @@ def _table_reasons(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> l
     """Output tables whose schema no longer matches what the code writes."""
 
     tables = PipelineTables.of(home, pipeline)
-    parsed = transforms.parse(spark.createDataFrame([], transforms.BRONZE_SCHEMA), pipeline)
     dimension = read_dimension(spark, tables) if tables.dimension and tables.dimension.exists() else None
-    silver = transforms.silver(parsed, dimension, pipeline)
-    expected = {"silver": (tables.silver, silver.schema),
-                "quarantine": (tables.quarantine, transforms.rejects(parsed).schema),
-                "gold": (tables.gold, transforms.aggregate(silver, pipeline).schema)}
-    if tables.sessions is not None:
-        expected["sessions"] = (tables.sessions, session_schema(silver, pipeline))
+    schemas = output_schemas(spark, pipeline, dimension)
     reasons = []
-    for layer, (path, schema) in expected.items():
-        if not DeltaTable.isDeltaTable(spark, str(path)):
+    # bronze's columns only ever grow, and `ensure_tables` adds them (`add_missing_columns`)
+    for layer, path in tables.outputs().items():
+        if layer == "bronze" or delta_version(path) is None:
             continue
+        schema = schemas[layer]
         table_schema = spark.read.format("delta").load(str(path)).schema
         have = [(f.name, f.dataType.simpleString()) for f in table_schema]
         want = [(f.name, f.dataType.simpleString()) for f in schema]
