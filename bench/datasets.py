@@ -45,19 +45,34 @@ class Size:
     sessions_per_file: int
 
 
-def make(root: Path, name: str, size: Size, *, seed: int) -> Dataset:
-    """Generate dataset `name` under `root` (replacing an old one of that name)."""
+def make(root: Path, name: str, size: Size, *, seed: int, one_file: bool = False) -> Dataset:
+    """Generate dataset `name` under `root` (replacing an old one of that name). With `one_file`,
+    the generated files are joined, in order, into a single landing file (the same lines, re-sent
+    duplicates included): what a day's export dropped as one file looks like."""
     path = (root / name).absolute()
     shutil.rmtree(path, ignore_errors=True)
     written = generate(path, files=size.files, sessions_per_file=size.sessions_per_file, seed=seed,
                        start=START, prefix=f"b{name}")
-    dataset = Dataset(name=name, path=str(path), files=len(written.files), lines=written.lines,
-                      valid_events=len(written.event_ids),
-                      bytes=sum(f.stat().st_size for f in written.files))
+    files = [join(written.files, path / f"b{name}.jsonl")] if one_file else written.files
+    dataset = Dataset(name=name, path=str(path), files=len(files), lines=written.lines,
+                      valid_events=len(written.event_ids), bytes=sum(f.stat().st_size for f in files))
     (root / f"{name}.json").write_text(json.dumps(asdict(dataset)))
     log.info("dataset %s: %d files, %d lines, %.1f MB", name, dataset.files, dataset.lines,
              dataset.bytes / 1e6)
     return dataset
+
+
+def join(parts: list[Path], target: Path) -> Path:
+    """Concatenate `parts` into `target` (written under a hidden name, then renamed into view, as
+    every landing writer does) and remove them."""
+    hidden = target.with_name(f".{target.name}.tmp")
+    with hidden.open("wb") as out:
+        for part in parts:
+            with part.open("rb") as f:
+                shutil.copyfileobj(f, out, 16 << 20)
+            part.unlink()
+    os.replace(hidden, target)
+    return target
 
 
 def link_into(dataset: Dataset, landing: Path) -> None:

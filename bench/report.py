@@ -66,6 +66,9 @@ RATES = (
     ("bare_kafka", "Kafka backlog: bare job, readStream kafka → from_json → Delta append (sustained)"),
     ("platform_kafka", "Kafka backlog: platform → silver (`weir run playback_kafka --once`, sustained)"),
     ("platform_kafka:gold", "Kafka backlog: platform → gold"),
+    ("bare_one_file", "one landing file (~2 GB): bare job"),
+    ("platform_one_file", "one landing file (~2 GB): platform landing → silver"),
+    ("platform_one_file:gold", "one landing file (~2 GB): platform landing → gold"),
     ("ceiling_transforms", "batch read + the platform's parse/silver transforms → noop"),
     ("backfill", "back-fill of one day (bronze → silver + gold)"),
 )
@@ -96,6 +99,8 @@ def summarise(doc: Document) -> dict[str, Any]:
         "dq_vs_stream_cost": dq.get("ratio"),
         "kafka_platform_silver_vs_bare": _ratio(rates["platform_kafka"], rates["bare_kafka"]),
         "kafka_platform_gold_vs_bare": _ratio(rates["platform_kafka:gold"], rates["bare_kafka"]),
+        "one_file_platform_silver_vs_bare": _ratio(rates["platform_one_file"], rates["bare_one_file"]),
+        "one_file_platform_gold_vs_bare": _ratio(rates["platform_one_file:gold"], rates["bare_one_file"]),
     }
     others = {
         "steady_bare_lag_after_last_file_s": _result(doc, "bare_steady").get("lag_after_last_file_s"),
@@ -134,9 +139,28 @@ def summarise(doc: Document) -> dict[str, Any]:
              lambda v: v >= 3.0, _why(doc, "backfill" if rates["platform:gold"] else "platform")),
         goal("DQ validation cost vs the stream's own processing", "< 1x", ratios["dq_vs_stream_cost"],
              lambda v: v < 1.0, _why(doc, "dq")),
+        one_file_goal(doc),
     ]
     return {"rates": rates, "ratios": ratios, "metrics": others, "goals": goals,
             "scaling": scaling_rows(doc), "memory": memory, "load": machine_load(doc)}
+
+
+ONE_FILE_GB = 2.0
+
+
+def one_file_goal(doc: Document) -> dict[str, Any]:
+    """Bounded memory whatever one file holds: the platform (default driver memory) ingested one
+    landing file of at least `ONE_FILE_GB` GB, bronze and silver exactly once. The value is the
+    file's size once the run finished; an output that is not exactly once misses the goal."""
+    run = _result(doc, "platform_one_file")
+    size = doc.get("datasets", {}).get("one_file", {}).get("bytes")
+    finished = bool(run) and not run.get("not_measured") and size is not None
+    exact = all((run.get(layer) or {}).get("exactly_once") for layer in ("bronze", "silver"))
+    value = round(size / 1e9, 2) if finished else None
+    return {"goal": "one landing file, default driver memory: ingested exactly once",
+            "target": f">= {ONE_FILE_GB:g} GB", "value": value,
+            "reached": None if value is None else value >= ONE_FILE_GB and exact,
+            "why_not_measured": None if value is not None else _why(doc, "platform_one_file")}
 
 
 def scaling_rows(doc: Document) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ hand-written job, side by side in one invocation on the same files, written to
     python -m bench.run --no-scale      # without the 4M scale point (about half the time)
     python -m bench.run --quick         # tiny data: the smoke run `make test` uses
     python -m bench.run --only ceiling --only bare --only platform
+    python -m bench.run --only one_file # one landing file of ~2.1 GB: the bare job and the platform
 
 Every measured run is one process, `python -m bench.worker WORKLOAD ARGS_JSON`, printing one JSON
 result line; the harness samples the peak memory of its whole process tree. Ratios are only taken
@@ -46,7 +47,7 @@ RESULTS = REPO_ROOT / "bench" / "results"
 # its budget still has them. `steady` is bare_steady + platform_steady; `scale` is ceiling, bare and
 # platform on the 4x input.
 DEFAULT = ("ceiling", "bare", "platform", "steady", "kafka", "scale")
-EXTRA = ("ceiling_transforms", "latency", "backfill", "profile", "recovery", "dq", "dag_parse")
+EXTRA = ("one_file", "ceiling_transforms", "latency", "backfill", "profile", "recovery", "dq", "dag_parse")
 NAMES = DEFAULT + EXTRA
 # Measurements that set themselves up (broker, Airflow, their own data): `python -m bench.worker
 # NAME '{"workdir": ..., "quick": ...}'`, each with its own time limit.
@@ -59,6 +60,7 @@ class Profile:
 
     base: Size                   # backlog and steady arrival
     scale: Size                  # the scale point: 4x the base, as more files of the same size
+    one_file: Size               # generated as files of the base's size, then joined into one
     steady_interval_s: float     # steady arrival: one base file every this many seconds
     ceiling_repeats: int
     run_timeout_s: float         # per measured run
@@ -68,8 +70,10 @@ class Profile:
 # ~1M lines (20 files of ~12 MB, 245 MB) and ~4M lines (80 such files). Steady arrival: a 50k-line
 # file every 5 s (10k lines/s, above the platform's backlog rate of issue 11, below the bare job's).
 VOLUME = Profile(base=Size(files=20, sessions_per_file=4650), scale=Size(files=80, sessions_per_file=4650),
+                 one_file=Size(files=172, sessions_per_file=4650),   # one file of ~2.1 GB, ~8.7M lines
                  steady_interval_s=5.0, ceiling_repeats=3, run_timeout_s=1800, budget_s=3600)
 QUICK = Profile(base=Size(files=2, sessions_per_file=6), scale=Size(files=8, sessions_per_file=6),
+                one_file=Size(files=4, sessions_per_file=6),
                 steady_interval_s=1.0, ceiling_repeats=1, run_timeout_s=300, budget_s=1200)
 
 
@@ -90,10 +94,13 @@ class Suite:
         return self.profile.budget_s - (time.monotonic() - self.started)
 
     def dataset(self, name: str) -> Dataset:
-        """`x1` (the base input) or `x4` (the scale point), generated once per invocation."""
+        """`x1` (the base input), `x4` (the scale point) or `one_file` (one large landing file),
+        generated once per invocation."""
         if name not in self.datasets:
-            size = self.profile.base if name == "x1" else self.profile.scale
-            self.datasets[name] = make(self.workdir / "data", name, size, seed=11 if name == "x1" else 13)
+            size, seed = {"x1": (self.profile.base, 11), "x4": (self.profile.scale, 13),
+                          "one_file": (self.profile.one_file, 17)}[name]
+            self.datasets[name] = make(self.workdir / "data", name, size, seed=seed,
+                                       one_file=name == "one_file")
         return self.datasets[name]
 
     def sample_load(self, before: str) -> None:
@@ -176,6 +183,10 @@ def run_one(suite: Suite, name: str) -> None:
     elif name == "scale":
         for job in ("ceiling", "bare", "platform"):
             run_worker(suite, job, suite.spec(job, f"{job}_x4", dataset="x4"))
+    elif name == "one_file":
+        # bounded memory whatever one file holds: the whole file is waiting when the drivers start
+        for job in ("bare", "platform"):
+            run_worker(suite, job, suite.spec(job, f"{job}_one_file", dataset="one_file"))
     elif name == "kafka":
         # The base input's lines as records on a local broker: the bare Kafka job and the platform
         # read the same records, in micro-batches of the catalog entry's bound.

@@ -70,7 +70,9 @@ def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path)
     assert dq["value"] is None and dq["why_not_measured"] == "not selected in this run"
     kafka = by_name["platform vs bare job, Kafka → silver (backlog, same records)"]
     assert kafka["value"] is None and kafka["why_not_measured"] == "not selected in this run"
-    assert len(summary["goals"]) == 7
+    one_file = by_name["one landing file, default driver memory: ingested exactly once"]
+    assert one_file["value"] is None and one_file["why_not_measured"] == "not selected in this run"
+    assert len(summary["goals"]) == 8
     assert {(r["job"], r["lines"]) for r in summary["scaling"]} >= {
         ("platform → silver", 1000), ("platform → silver", 4000), ("platform → gold", 4000)}
     paths = report.write(doc, tmp_path, stem="day")
@@ -84,6 +86,39 @@ def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path)
     assert "| platform_x4 | 700 | 900 |" in text
     assert "| platform | ingest | 3.00 | 2.50 |" in text
     assert "| bare | bare | 2.00 | 1.50 |" in text
+
+
+def test_one_file_dataset_is_the_generated_lines_joined_into_one_landing_file(tmp_path: Path) -> None:
+    size = Size(files=3, sessions_per_file=2)
+    files = make(tmp_path / "files", "x", size, seed=5)
+    one = make(tmp_path / "one", "x", size, seed=5, one_file=True)
+    [joined] = list(Path(one.path).iterdir())     # nothing else left: no parts, no temporary
+    parts = sorted(Path(files.path).iterdir())
+    assert joined.read_bytes() == b"".join(p.read_bytes() for p in parts)
+    assert (one.files, one.lines, one.valid_events, one.bytes) == (
+        1, files.lines, files.valid_events, files.bytes)
+    assert joined.read_bytes().count(b"\n") == one.lines
+
+
+@pytest.mark.parametrize(("exact", "gigabytes", "reached"), [
+    (True, 2.2, True), (False, 2.2, False), (True, 0.5, False)])
+def test_the_one_file_goal_needs_a_large_enough_file_ingested_exactly_once(
+        exact: bool, gigabytes: float, reached: bool) -> None:
+    check = {"count": 9, "distinct": 9, "expected": 9 if exact else 10, "exactly_once": exact}
+    doc = document({"bare_one_file": {"lines": 10, "events_per_s": 100.0},
+                    "platform_one_file": {"lines": 10, "events_per_s": 40.0, "gold_events_per_s": 30.0,
+                                          "bronze": {**check, "exactly_once": True}, "silver": check}},
+                   ["one_file"])
+    doc["datasets"]["one_file"] = {"files": 1, "lines": 10, "valid_events": 9, "bytes": gigabytes * 1e9}
+    summary = report.summarise(doc)
+    goal = {g["goal"]: g for g in summary["goals"]}["one landing file, default driver memory: ingested "
+                                                    "exactly once"]
+    assert (goal["value"], goal["reached"]) == (gigabytes, reached)
+    assert summary["ratios"]["one_file_platform_silver_vs_bare"] == pytest.approx(0.4)
+    assert summary["ratios"]["one_file_platform_gold_vs_bare"] == pytest.approx(0.3)
+    failed = document({"platform_one_file": {"not_measured": "worker exited 1 (log: y)"}}, ["one_file"])
+    goal = {g["goal"]: g for g in report.summarise(failed)["goals"]}[goal["goal"]]
+    assert goal["reached"] is None and "worker exited 1" in goal["why_not_measured"]
 
 
 @pytest.mark.parametrize(("before", "after", "loaded"), [
