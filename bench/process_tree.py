@@ -1,15 +1,17 @@
-"""Peak memory of a benchmark worker's whole process tree (Python, its JVM, a `weir run` driver
-and that driver's JVM), sampled from /proc while it runs: the harness measures every run the same
-way, whatever the run starts inside itself."""
+"""Peak memory and CPU time of a benchmark worker's whole process tree (Python, its JVM, a `weir
+run` driver and that driver's JVM), sampled from /proc while it runs: the harness measures every
+run the same way, whatever the run starts inside itself."""
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 PROC = Path("/proc")
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
 def _status(pid: int) -> dict[str, str]:
@@ -23,6 +25,17 @@ def _status(pid: int) -> dict[str, str]:
 
 def _kb(value: str | None) -> int:
     return int(value.split()[0]) if value else 0
+
+
+def _cpu_ticks(pid: int) -> tuple[int, int] | None:
+    """(start time, user + system CPU ticks so far) of a process, or None when it is gone. The
+    start time tells a re-used pid apart."""
+    try:
+        fields = (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    # after the command: state is field 3; utime 14, stime 15, starttime 22 (proc(5))
+    return int(fields[19]), int(fields[11]) + int(fields[12])
 
 
 def descendants(root: int) -> set[int]:
@@ -48,11 +61,15 @@ def descendants(root: int) -> set[int]:
 
 class PeakMemory:
     """Samples the tree under `root` every `every_s` seconds from `start()` to `stop()`: the peak
-    of the sum of its resident sets, and the largest peak resident set (VmHWM) of any JVM in it."""
+    of the sum of its resident sets, the largest peak resident set (VmHWM) of any JVM in it, and
+    the CPU time its processes used (each process's last sample: up to `every_s` of a process's
+    last moments is missed). CPU time tells work from waiting: on two cores, a run that keeps both
+    busy spends about twice its wall time."""
 
     def __init__(self, root: int, every_s: float = 0.5) -> None:
         self.root, self.every_s = root, every_s
         self.tree_peak_kb = self.jvm_peak_kb = 0
+        self.cpu_ticks: dict[tuple[int, int], int] = {}    # (pid, start time) → ticks
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"peak-memory-{root}", daemon=True)
 
@@ -63,6 +80,9 @@ class PeakMemory:
             total += _kb(status.get("VmRSS"))
             if status.get("Name", "").strip() == "java":
                 self.jvm_peak_kb = max(self.jvm_peak_kb, _kb(status.get("VmHWM")))
+            ticks = _cpu_ticks(pid)
+            if ticks is not None:
+                self.cpu_ticks[(pid, ticks[0])] = ticks[1]
         self.tree_peak_kb = max(self.tree_peak_kb, total)
 
     def _loop(self) -> None:
@@ -75,9 +95,10 @@ class PeakMemory:
         return self
 
     def stop(self) -> dict[str, float | None]:
-        """Stop sampling; the peaks in MB (None when no JVM was seen)."""
+        """Stop sampling; the peaks in MB (None when no JVM was seen) and the CPU seconds."""
         self._done.set()
         if self._thread.is_alive():
             self._thread.join()
         return {"jvm_peak_rss_mb": round(self.jvm_peak_kb / 1024, 1) if self.jvm_peak_kb else None,
-                "tree_peak_rss_mb": round(self.tree_peak_kb / 1024, 1)}
+                "tree_peak_rss_mb": round(self.tree_peak_kb / 1024, 1),
+                "tree_cpu_s": round(sum(self.cpu_ticks.values()) / TICKS_PER_S, 1)}

@@ -101,6 +101,12 @@ def summarise(doc: Document) -> dict[str, Any]:
         "kafka_platform_gold_vs_bare": _ratio(rates["platform_kafka:gold"], rates["bare_kafka"]),
         "one_file_platform_silver_vs_bare": _ratio(rates["platform_one_file"], rates["bare_one_file"]),
         "one_file_platform_gold_vs_bare": _ratio(rates["platform_one_file:gold"], rates["bare_one_file"]),
+        # the work each does for the same input (CPU seconds of the whole process tree, start-up
+        # included): on two cores a gap in work is a gap in rate, whatever the parallelism
+        "platform_cpu_vs_bare": _ratio(_result(doc, "platform").get("cpu_s"),
+                                       _result(doc, "bare").get("cpu_s")),
+        "kafka_platform_cpu_vs_bare": _ratio(_result(doc, "platform_kafka").get("cpu_s"),
+                                             _result(doc, "bare_kafka").get("cpu_s")),
     }
     others = {
         "steady_bare_lag_after_last_file_s": _result(doc, "bare_steady").get("lag_after_last_file_s"),
@@ -113,7 +119,7 @@ def summarise(doc: Document) -> dict[str, Any]:
         "dq_s_per_million_rows": dq.get("seconds_per_million_rows"),
         "dag_parse_max_net_s": _result(doc, "dag_parse").get("max_net_s"),
     }
-    memory = {label: r["memory"] for label, r in doc["results"].items()
+    memory = {label: {**r["memory"], "cpu_s": r.get("cpu_s")} for label, r in doc["results"].items()
               if isinstance(r, dict) and isinstance(r.get("memory"), dict)}
 
     def goal(name: str, target: str, value: float | None, ok: Callable[[float], bool],
@@ -275,10 +281,11 @@ def markdown_summary(doc: Document) -> str:
         lines += [f"| {step} | {_fmt(float(sec))} | {_fmt(rerun.get(step))} |"
                   for step, sec in backfill["steps"].items()]
     if s["memory"]:
-        lines += ["", "## Peak memory per run (sampled from /proc every 0.5 s)", "",
-                  "| run | largest JVM peak RSS (VmHWM) MB | process tree peak RSS MB |", "|---|---|---|"]
-        lines += [f"| {label} | {_fmt(mem.get('jvm_peak_rss_mb'))} | {_fmt(mem.get('tree_peak_rss_mb'))} |"
-                  for label, mem in s["memory"].items()]
+        lines += ["", "## Peak memory and CPU time per run (sampled from /proc every 0.5 s)", "",
+                  "| run | largest JVM peak RSS (VmHWM) MB | process tree peak RSS MB | process tree CPU s |",
+                  "|---|---|---|---|"]
+        lines += [f"| {label} | {_fmt(mem.get('jvm_peak_rss_mb'))} | {_fmt(mem.get('tree_peak_rss_mb'))} | "
+                  f"{_fmt(mem.get('cpu_s'))} |" for label, mem in s["memory"].items()]
     failures = [(label, r.get("not_measured")) for label, r in doc["results"].items()
                 if isinstance(r, dict) and r.get("not_measured")]
     if failures:

@@ -9,7 +9,7 @@ hand-written job, side by side in one invocation on the same files, written to
     python -m bench.run --only one_file # one landing file of ~2.1 GB: the bare job and the platform
 
 Every measured run is one process, `python -m bench.worker WORKLOAD ARGS_JSON`, printing one JSON
-result line; the harness samples the peak memory of its whole process tree. Ratios are only taken
+result line; the harness samples the peak memory and CPU time of its whole process tree. Ratios are only taken
 between runs of the same invocation. A run that cannot run (failure, time limit, budget spent) is
 recorded as "not measured: <why>", never as a number.
 """
@@ -130,7 +130,8 @@ def last_json_line(path: Path) -> dict[str, Any] | None:
 
 
 def run_worker(suite: Suite, workload: str, args: dict[str, Any], limit_s: float | None = None) -> None:
-    """One measured run in a fresh `bench.worker` process, its tree's peak memory sampled; its
+    """One measured run in a fresh `bench.worker` process, its tree's peak memory and CPU time
+    sampled; its
     result (or why there is none) lands in `suite.results[label]`."""
     label = str(args["label"])
     timeout = min(limit_s or suite.profile.run_timeout_s, suite.remaining_s())
@@ -164,7 +165,8 @@ def run_worker(suite: Suite, workload: str, args: dict[str, Any], limit_s: float
     result = last_json_line(out) or {"label": label, "not_measured": reason or f"no result (log: {logfile})"}
     if "error" in result:
         result["not_measured"] = f"{result['error']} (log: {logfile})"
-    result.update(memory=peaks, process_s=round(seconds, 1))
+    cpu_s = peaks.pop("tree_cpu_s")
+    result.update(memory=peaks, cpu_s=cpu_s, process_s=round(seconds, 1))
     log.info("run %s done in %.0fs%s", label, seconds, f": {result['not_measured']}"
              if "not_measured" in result else "")
     suite.results[label] = result

@@ -33,10 +33,10 @@ def document(results: dict, selected: list[str]) -> dict:
 def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path) -> None:
     doc = document({
         "ceiling": {"workload": "ceiling", "lines": 1000, "events_per_s": 1000.0},
-        "bare": {"workload": "bare", "lines": 1000, "events_per_s": 500.0,
+        "bare": {"workload": "bare", "lines": 1000, "events_per_s": 500.0, "cpu_s": 20.0,
                  "timeline": [[1.0, 500], [2.0, 1000]],
                  "time_split_ms": {"triggerExecution": 2000, "addBatch": 1500}},
-        "platform": {"workload": "platform", "lines": 1000, "events_per_s": 260.0,
+        "platform": {"workload": "platform", "lines": 1000, "events_per_s": 260.0, "cpu_s": 70.0,
                      "gold_events_per_s": 150.0, "timeline": [[1.5, 500], [2.5, 1000]],
                      "silver": {"count": 900, "distinct": 900, "expected": 900, "exactly_once": True},
                      "time_split_ms": {"ingest": {"triggerExecution": 3000, "addBatch": 2500}}},
@@ -46,8 +46,8 @@ def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path)
                             "lag_after_last_file_s": 6.0, "timeline": [[3.0, 1000]]},
         "bare_x4": {"workload": "bare", "lines": 4000, "events_per_s": 800.0},
         "platform_x4": {"workload": "platform", "lines": 4000, "events_per_s": 300.0,
-                        "gold_events_per_s": 200.0, "memory": {"jvm_peak_rss_mb": 700.0,
-                                                               "tree_peak_rss_mb": 900.0}},
+                        "gold_events_per_s": 200.0, "cpu_s": 95.0,
+                        "memory": {"jvm_peak_rss_mb": 700.0, "tree_peak_rss_mb": 900.0}},
         "backfill": {"workload": "backfill", "events_per_s": 375.0},
         "latency": {"rate": 130.0, "p50_s": 1.2, "p99_s": 3.5, "runs": [{"latencies_s": [1.0, 1.2, 3.5]}]},
         "recovery": {"not_measured": "worker exited 1 (log: x)"},
@@ -61,6 +61,8 @@ def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path)
     assert ratios["x4_platform_silver_vs_bare"] == pytest.approx(0.375)
     assert ratios["x4_platform_gold_vs_bare"] == pytest.approx(0.25)
     assert ratios["backfill_vs_stream_gold"] == pytest.approx(2.5)
+    assert ratios["platform_cpu_vs_bare"] == pytest.approx(3.5)
+    assert ratios["kafka_platform_cpu_vs_bare"] is None        # not run
     assert by_name["platform vs bare job, landing → silver (backlog)"]["reached"] is True
     assert by_name["platform vs bare job, landing → gold (backlog)"]["reached"] is False    # 0.30x
     assert by_name["p99 latency at half load, 1 s trigger"]["reached"] is False
@@ -83,7 +85,7 @@ def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path)
     assert "not measured: worker exited 1 (log: x)" in text
     assert "| platform → silver | 4000 | 300 |" in text
     assert "| platform | silver | 900 | 900 | 900 | yes |" in text
-    assert "| platform_x4 | 700 | 900 |" in text
+    assert "| platform_x4 | 700 | 900 | 95.00 |" in text
     assert "| platform | ingest | 3.00 | 2.50 |" in text
     assert "| bare | bare | 2.00 | 1.50 |" in text
 
@@ -152,9 +154,11 @@ def test_the_kafka_runs_give_the_platform_to_bare_ratio_and_its_goal() -> None:
     assert "| kafka_platform_silver_vs_bare | 0.40x |" in report.markdown_summary(doc)
 
 
-def test_peak_memory_is_that_of_the_whole_process_tree() -> None:
-    """A child that holds 300 MB under a parent that holds little: the tree's peak counts it."""
-    child = "x = bytearray(300 << 20); import time; time.sleep(3)"
+def test_peak_memory_and_cpu_time_are_those_of_the_whole_process_tree() -> None:
+    """A child that holds 300 MB and computes for 2 s under a parent that holds and computes
+    little: the tree's peak and CPU time count it."""
+    child = ("x = bytearray(300 << 20); import time; t = time.process_time()\n"
+             "while time.process_time() - t < 2: pass\ntime.sleep(1)")
     parent = subprocess.Popen([sys.executable, "-c",
                                f"import subprocess, sys; subprocess.run([sys.executable, '-c', {child!r}])"])
     sampler = PeakMemory(parent.pid, every_s=0.1).start()
@@ -162,6 +166,7 @@ def test_peak_memory_is_that_of_the_whole_process_tree() -> None:
     peaks = sampler.stop()
     assert peaks["tree_peak_rss_mb"] >= 300, peaks
     assert peaks["jvm_peak_rss_mb"] is None             # no JVM in this tree
+    assert 1.8 <= peaks["tree_cpu_s"] <= 6, peaks
 
 
 def worker(workload: str, args: dict) -> tuple[subprocess.CompletedProcess[str], dict]:
@@ -199,7 +204,7 @@ def test_quick_run_measures_the_ceiling_and_writes_its_record(tmp_path: Path) ->
     doc = json.loads(record.read_text())
     ceiling = doc["results"]["ceiling"]
     assert ceiling["events_per_s"] > 0 and ceiling["lines"] == doc["datasets"]["x1"]["lines"]
-    assert ceiling["memory"]["jvm_peak_rss_mb"] > 0
+    assert ceiling["memory"]["jvm_peak_rss_mb"] > 0 and ceiling["cpu_s"] > 1   # a JVM ran: seconds of CPU
     assert doc["results"]["dag_parse"]["files"]
     assert doc["summary"]["goals"][0]["why_not_measured"] == "not selected in this run"
     assert (tmp_path / record.name.replace(".json", ".md")).read_text().startswith("# Weir benchmark")
