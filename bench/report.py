@@ -12,6 +12,9 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 Document = dict[str, Any]
+# The latency run's latencies in the record: an evenly spaced sample of them, sorted (records
+# before 2026-11-25 kept every one, as "latencies_s").
+LATENCY_SAMPLE = "latency_sample_s"
 
 
 def _result(doc: Document, label: str) -> dict[str, Any]:
@@ -354,10 +357,12 @@ def plot(doc: Document, out: Path, stem: str) -> list[Path]:
         fig.tight_layout()
         written.append(_save(fig, out / f"{stem}-scale.png"))
         plt.close(fig)
-    latencies = (_result(doc, "latency").get("runs") or [{}])[0].get("latencies_s") or []
+    run = (_result(doc, "latency").get("runs") or [{}])[0]
+    latencies = run.get(LATENCY_SAMPLE) or run.get("latencies_s") or []
     if latencies:
         fig, (hist, cdf) = plt.subplots(1, 2, figsize=(9, 3.6))
-        hist.hist(latencies, bins=40)
+        measured = run.get("events_measured") or len(latencies)
+        hist.hist(latencies, bins=40, weights=[measured / len(latencies)] * len(latencies))
         hist.set_xlabel("seconds: written to landing → visible in silver")
         hist.set_ylabel("events")
         ordered = sorted(latencies)

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from bench import delta_log
 from bench.datasets import Dataset, link_into
+from bench.report import LATENCY_SAMPLE
 from spark_jobs import catalog
 from spark_jobs.catalog import Pipeline
 from spark_jobs.home import REPO_ROOT, WeirHome
@@ -57,6 +58,9 @@ log = logging.getLogger(__name__)
 PIPELINE = "playback"
 KAFKA_PIPELINE = "playback_kafka"      # the same contract and transforms, reading a Kafka topic
 MASTER = "local[2]"
+# The latency run keeps this many of its measured latencies, at evenly spaced ranks (the plots'
+# input): a run at volume measures about half a million.
+LATENCY_SAMPLE_SIZE = 2001
 Result = dict[str, Any]
 
 
@@ -498,8 +502,16 @@ def latency_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> R
     return {"rate": rate, "events_measured": len(latencies), "events_written": written,
             "p50_s": quantile(latencies, 0.50), "p90_s": quantile(latencies, 0.90),
             "p99_s": quantile(latencies, 0.99), "max_s": latencies[-1] if latencies else None,
-            "latencies_s": [round(x, 3) for x in latencies],
+            LATENCY_SAMPLE: [round(x, 3) for x in evenly_spaced(latencies, LATENCY_SAMPLE_SIZE)],
             "batches": len(batches), "batch_s": [round(x.ended - x.started, 3) for x in batches]}
+
+
+def evenly_spaced(ordered: list[float], n: int) -> list[float]:
+    """At most `n` values of sorted `ordered` at evenly spaced ranks, the first and last included:
+    its distribution for a plot, without keeping one number per event in the record."""
+    if len(ordered) <= n:
+        return list(ordered)
+    return [ordered[round(i * (len(ordered) - 1) / (n - 1))] for i in range(n)]
 
 
 def quantile(values: list[float], q: float) -> float | None:
@@ -665,7 +677,7 @@ def measure(spec: Spec, spark: SparkSession | None) -> Result:
                  time.monotonic() - started)
     out: Result = {"label": spec.label, "workload": spec.workload, "dataset": spec.dataset.name,
                    "lines": spec.dataset.lines, "runs": runs}
-    out.update({k: v for k, v in runs[0].items() if k != "latencies_s"})
+    out.update({k: v for k, v in runs[0].items() if k != LATENCY_SAMPLE})
     if "seconds" in runs[0] and (spec.repeats > 1 or "events_per_s" not in runs[0]):
         out["seconds"] = statistics.median(r["seconds"] for r in runs)
         out["events_per_s"] = spec.dataset.lines / out["seconds"]

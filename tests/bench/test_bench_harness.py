@@ -49,7 +49,8 @@ def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path)
                         "gold_events_per_s": 200.0, "cpu_s": 95.0,
                         "memory": {"jvm_peak_rss_mb": 700.0, "tree_peak_rss_mb": 900.0}},
         "backfill": {"workload": "backfill", "events_per_s": 375.0},
-        "latency": {"rate": 130.0, "p50_s": 1.2, "p99_s": 3.5, "runs": [{"latencies_s": [1.0, 1.2, 3.5]}]},
+        "latency": {"rate": 130.0, "p50_s": 1.2, "p99_s": 3.5,
+                    "runs": [{"latency_sample_s": [1.0, 1.2, 3.5]}]},
         "recovery": {"not_measured": "worker exited 1 (log: x)"},
     }, ["ceiling", "bare", "platform", "steady", "scale", "latency", "backfill", "recovery"])
     doc["summary"] = summary = report.summarise(doc)
@@ -88,6 +89,16 @@ def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path)
     assert "| platform_x4 | 700 | 900 | 95.00 |" in text
     assert "| platform | ingest | 3.00 | 2.50 |" in text
     assert "| bare | bare | 2.00 | 1.50 |" in text
+
+
+def test_the_latency_record_keeps_an_evenly_spaced_sample_with_the_extremes() -> None:
+    from bench.workloads import evenly_spaced
+
+    ordered = [i / 10 for i in range(100_000)]
+    sample = evenly_spaced(ordered, 2001)
+    assert len(sample) == 2001 and sample[0] == 0.0 and sample[-1] == ordered[-1]
+    assert sample == sorted(sample) and sample[1000] == ordered[50_000]     # the median stays
+    assert evenly_spaced([3.0, 4.0], 2001) == [3.0, 4.0]
 
 
 def test_one_file_dataset_is_the_generated_lines_joined_into_one_landing_file(tmp_path: Path) -> None:
