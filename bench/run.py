@@ -6,7 +6,7 @@ hand-written job, side by side in one invocation on the same files, written to
     python -m bench.run --no-scale      # without the 4M scale point (about half the time)
     python -m bench.run --quick         # tiny data: the smoke run `make test` uses
     python -m bench.run --only ceiling --only bare --only platform
-    python -m bench.run --only one_file # one landing file of ~2.1 GB: the bare job and the platform
+    python -m bench.run --only one_file # one landing file of ~2.3 GB: the bare job and the platform
 
 Every measured run is one process, `python -m bench.worker WORKLOAD ARGS_JSON`, printing one JSON
 result line; the harness samples the peak memory and CPU time of its whole process tree. Ratios are only taken
@@ -70,7 +70,7 @@ class Profile:
 # ~1M lines (20 files of ~12 MB, 245 MB) and ~4M lines (80 such files). Steady arrival: a 50k-line
 # file every 5 s (10k lines/s, above the platform's backlog rate of issue 11, below the bare job's).
 VOLUME = Profile(base=Size(files=20, sessions_per_file=4650), scale=Size(files=80, sessions_per_file=4650),
-                 one_file=Size(files=172, sessions_per_file=4650),   # one file of ~2.1 GB, ~8.7M lines
+                 one_file=Size(files=172, sessions_per_file=4650),   # one file of ~2.3 GB, ~8.7M lines
                  steady_interval_s=5.0, ceiling_repeats=3, run_timeout_s=1800, budget_s=3600)
 QUICK = Profile(base=Size(files=2, sessions_per_file=6), scale=Size(files=8, sessions_per_file=6),
                 one_file=Size(files=4, sessions_per_file=6),
