@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,7 @@ class PeakMemory:
         self.root, self.every_s = root, every_s
         self.tree_peak_kb = self.jvm_peak_kb = 0
         self.cpu_ticks: dict[tuple[int, int], int] = {}    # (pid, start time) → ticks
+        self.cpu_timeline: list[list[float]] = []           # [epoch seconds, CPU seconds so far]
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"peak-memory-{root}", daemon=True)
 
@@ -84,6 +86,8 @@ class PeakMemory:
             if ticks is not None:
                 self.cpu_ticks[(pid, ticks[0])] = ticks[1]
         self.tree_peak_kb = max(self.tree_peak_kb, total)
+        used_s = sum(self.cpu_ticks.values()) / TICKS_PER_S
+        self.cpu_timeline.append([round(time.time(), 3), round(used_s, 2)])
 
     def _loop(self) -> None:
         while not self._done.wait(self.every_s):
@@ -95,10 +99,12 @@ class PeakMemory:
         return self
 
     def stop(self) -> dict[str, float | None]:
-        """Stop sampling; the peaks in MB (None when no JVM was seen) and the CPU seconds."""
+        """Stop sampling; the peaks in MB (None when no JVM was seen), the CPU seconds, and the CPU
+        seconds used so far at each sample (`cpu_timeline`: what a span of the run used)."""
         self._done.set()
         if self._thread.is_alive():
             self._thread.join()
         return {"jvm_peak_rss_mb": round(self.jvm_peak_kb / 1024, 1) if self.jvm_peak_kb else None,
                 "tree_peak_rss_mb": round(self.tree_peak_kb / 1024, 1),
-                "tree_cpu_s": round(sum(self.cpu_ticks.values()) / TICKS_PER_S, 1)}
+                "tree_cpu_s": round(sum(self.cpu_ticks.values()) / TICKS_PER_S, 1),
+                "cpu_timeline": self.cpu_timeline}

@@ -165,8 +165,8 @@ def run_worker(suite: Suite, workload: str, args: dict[str, Any], limit_s: float
     result = last_json_line(out) or {"label": label, "not_measured": reason or f"no result (log: {logfile})"}
     if "error" in result:
         result["not_measured"] = f"{result['error']} (log: {logfile})"
-    cpu_s = peaks.pop("tree_cpu_s")
-    result.update(memory=peaks, cpu_s=cpu_s, process_s=round(seconds, 1))
+    cpu_s, cpu_timeline = peaks.pop("tree_cpu_s"), peaks.pop("cpu_timeline")
+    result.update(memory=peaks, cpu_s=cpu_s, cpu_timeline=cpu_timeline, process_s=round(seconds, 1))
     log.info("run %s done in %.0fs%s", label, seconds, f": {result['not_measured']}"
              if "not_measured" in result else "")
     suite.results[label] = result

@@ -143,9 +143,12 @@ def span_of(batches: list[Batch], lines: int) -> Result:
     """Sustained rate of a run: `lines` over the first batch's start → the last batch's end."""
     if not batches:
         return {"batches": 0, "span_s": None, "events_per_s": None}
-    span = max(b.ended for b in batches) - min(b.started for b in batches)
+    first, last = min(b.started for b in batches), max(b.ended for b in batches)
+    span = last - first
+    # the span's ends as epoch seconds: the harness's CPU timeline is cut to them (`report.cpu_in_span`)
     return {"batches": len(batches), "span_s": round(span, 3), "events_per_s": lines / span,
-            "batch_s": [round(b.ended - b.started, 3) for b in batches]}
+            "batch_s": [round(b.ended - b.started, 3) for b in batches],
+            "span_from_epoch": round(first, 3), "span_to_epoch": round(last, 3)}
 
 
 def time_split(batches: list[Batch]) -> dict[str, int]:

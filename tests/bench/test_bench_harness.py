@@ -34,9 +34,13 @@ def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path)
     doc = document({
         "ceiling": {"workload": "ceiling", "lines": 1000, "events_per_s": 1000.0},
         "bare": {"workload": "bare", "lines": 1000, "events_per_s": 500.0, "cpu_s": 20.0,
+                 "span_from_epoch": 100.0, "span_to_epoch": 102.0,
+                 "cpu_timeline": [[99.0, 10.0], [101.0, 14.0], [103.0, 18.0]],
                  "timeline": [[1.0, 500], [2.0, 1000]],
                  "time_split_ms": {"triggerExecution": 2000, "addBatch": 1500}},
         "platform": {"workload": "platform", "lines": 1000, "events_per_s": 260.0, "cpu_s": 70.0,
+                     "span_from_epoch": 200.5, "span_to_epoch": 204.5,
+                     "cpu_timeline": [[200.0, 20.0], [201.0, 22.0], [205.0, 46.0]],
                      "gold_events_per_s": 150.0, "timeline": [[1.5, 500], [2.5, 1000]],
                      "silver": {"count": 900, "distinct": 900, "expected": 900, "exactly_once": True},
                      "time_split_ms": {"ingest": {"triggerExecution": 3000, "addBatch": 2500}}},
@@ -63,6 +67,9 @@ def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path)
     assert ratios["x4_platform_gold_vs_bare"] == pytest.approx(0.25)
     assert ratios["backfill_vs_stream_gold"] == pytest.approx(2.5)
     assert ratios["platform_cpu_vs_bare"] == pytest.approx(3.5)
+    # within the measured spans, interpolated between samples: bare 102 → 16.0 minus 100 → 12.0;
+    # platform 204.5 → 43.0 minus 200.5 → 21.0
+    assert ratios["platform_ingest_cpu_vs_bare"] == pytest.approx(22.0 / 4.0)
     assert ratios["kafka_platform_cpu_vs_bare"] is None        # not run
     assert by_name["platform vs bare job, landing → silver (backlog)"]["reached"] is True
     assert by_name["platform vs bare job, landing → gold (backlog)"]["reached"] is False    # 0.30x
@@ -86,7 +93,7 @@ def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path)
     assert "not measured: worker exited 1 (log: x)" in text
     assert "| platform → silver | 4000 | 300 |" in text
     assert "| platform | silver | 900 | 900 | 900 | yes |" in text
-    assert "| platform_x4 | 700 | 900 | 95.00 |" in text
+    assert "| platform_x4 | 700 | 900 | 95.00 | — |" in text     # no span, no timeline
     assert "| platform | ingest | 3.00 | 2.50 |" in text
     assert "| bare | bare | 2.00 | 1.50 |" in text
 
@@ -178,6 +185,11 @@ def test_peak_memory_and_cpu_time_are_those_of_the_whole_process_tree() -> None:
     assert peaks["tree_peak_rss_mb"] >= 300, peaks
     assert peaks["jvm_peak_rss_mb"] is None             # no JVM in this tree
     assert 1.8 <= peaks["tree_cpu_s"] <= 6, peaks
+    timeline = peaks["cpu_timeline"]
+    assert [c for _, c in timeline] == sorted(c for _, c in timeline)      # CPU used so far
+    assert timeline[-1][1] == pytest.approx(peaks["tree_cpu_s"], abs=0.1)
+    assert report.cpu_in_span({"cpu_timeline": timeline, "span_from_epoch": timeline[0][0],
+                               "span_to_epoch": timeline[-1][0]}) >= 1.8
 
 
 def worker(workload: str, args: dict) -> tuple[subprocess.CompletedProcess[str], dict]:
