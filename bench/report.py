@@ -159,6 +159,7 @@ def summarise(doc: Document) -> dict[str, Any]:
         one_file_goal(doc),
     ]
     return {"rates": rates, "ratios": ratios, "metrics": others, "goals": goals,
+            "cpu_by_query": cpu_by_query(doc),
             "scaling": scaling_rows(doc), "memory": memory, "load": machine_load(doc)}
 
 
@@ -171,15 +172,25 @@ def cpu_at(timeline: list[list[float]], at: float) -> float | None:
     return None
 
 
-def cpu_in_span(result: dict[str, Any]) -> float | None:
-    """CPU seconds the run's process tree used within its measured span (the sustained rate's
-    first batch start → last batch end), from the harness's CPU timeline; None without one."""
+def cpu_in_span(result: dict[str, Any], span: list[float] | None = None) -> float | None:
+    """CPU seconds the run's process tree used within `span` (epoch seconds; default: the run's
+    measured span, the sustained rate's first batch start → last batch end), from the harness's
+    CPU timeline; None without one."""
     timeline = result.get("cpu_timeline")
-    first, last = result.get("span_from_epoch"), result.get("span_to_epoch")
+    first, last = span or (result.get("span_from_epoch"), result.get("span_to_epoch"))
     if not timeline or first is None or last is None:
         return None
     start, end = cpu_at(timeline, first), cpu_at(timeline, last)
     return None if start is None or end is None else round(end - start, 1)
+
+
+def cpu_by_query(doc: Document) -> list[dict[str, Any]]:
+    """For each `weir run --once` run: each query's span (they run one after another) and the CPU
+    seconds the tree used in it."""
+    return [{"run": label, "query": query, "span_s": round(span[1] - span[0], 1),
+             "cpu_s": cpu_in_span(r, span)}
+            for label, r in doc["results"].items() if isinstance(r, dict)
+            for query, span in (r.get("query_spans") or {}).items()]
 
 
 ONE_FILE_GB = 2.0
@@ -318,6 +329,13 @@ def markdown_summary(doc: Document) -> str:
         lines += [f"| {label} | {_fmt(mem.get('jvm_peak_rss_mb'))} | {_fmt(mem.get('tree_peak_rss_mb'))} | "
                   f"{_fmt(mem.get('cpu_s'))} | {_fmt(mem.get('span_cpu_s'))} |"
                   for label, mem in s["memory"].items()]
+    by_query = s.get("cpu_by_query") or []
+    if by_query:
+        lines += ["", "## CPU by query (`weir run --once` runs its queries one after another; "
+                      "a query's span ends at its table's last commit)", "",
+                  "| run | query | span s | CPU s |", "|---|---|---|---|"]
+        lines += [f"| {q['run']} | {q['query']} | {_fmt(q['span_s'])} | {_fmt(q['cpu_s'])} |"
+                  for q in by_query]
     failures = [(label, r.get("not_measured")) for label, r in doc["results"].items()
                 if isinstance(r, dict) and r.get("not_measured")]
     if failures:

@@ -606,7 +606,16 @@ def platform_backlog(spec: Spec, data: Dataset, name: str, home: WeirHome, pipel
     # The progress event of gold's last batch can be lost as the driver exits: its commit is not.
     gold_commits = [c.visible_at for c in delta_log.commits(t.gold)]
     gold_s = max([b.ended for b in gold + ingest] + gold_commits) - first
+    # `--once` runs the queries one after another: each one's span ends at its table's last
+    # commit (or batch), and the next starts there (its start-up included)
+    spans = {"ingest": [first, silver["span_to_epoch"]],
+             "gold": [silver["span_to_epoch"], first + gold_s]}
+    if t.sessions is not None and delta_version(t.sessions) is not None:
+        sessions = driver_progress(home, "sessions", pipeline)
+        ended = max([b.ended for b in sessions] + [c.visible_at for c in delta_log.commits(t.sessions)])
+        spans["sessions"] = [first + gold_s, max(ended, first + gold_s)]
     return {"seconds": wall_s, "wall_events_per_s": data.lines / wall_s, **silver,
+            "query_spans": {q: [round(a, 3), round(b, 3)] for q, (a, b) in spans.items()},
             "gold_span_s": round(gold_s, 3), "gold_events_per_s": data.lines / gold_s,
             "gold_batches": len(gold), "time_split_ms": {"ingest": time_split(ingest),
                                                          "gold": time_split(gold)},

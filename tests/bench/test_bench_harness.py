@@ -40,6 +40,7 @@ def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path)
                  "time_split_ms": {"triggerExecution": 2000, "addBatch": 1500}},
         "platform": {"workload": "platform", "lines": 1000, "events_per_s": 260.0, "cpu_s": 70.0,
                      "span_from_epoch": 200.5, "span_to_epoch": 204.5,
+                     "query_spans": {"ingest": [200.5, 204.5], "gold": [204.5, 205.0]},
                      "cpu_timeline": [[200.0, 20.0], [201.0, 22.0], [205.0, 46.0]],
                      "gold_events_per_s": 150.0, "timeline": [[1.5, 500], [2.5, 1000]],
                      "silver": {"count": 900, "distinct": 900, "expected": 900, "exactly_once": True},
@@ -70,6 +71,9 @@ def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path)
     # within the measured spans, interpolated between samples: bare 102 → 16.0 minus 100 → 12.0;
     # platform 204.5 → 43.0 minus 200.5 → 21.0
     assert ratios["platform_ingest_cpu_vs_bare"] == pytest.approx(22.0 / 4.0)
+    assert summary["cpu_by_query"] == [
+        {"run": "platform", "query": "ingest", "span_s": 4.0, "cpu_s": 22.0},
+        {"run": "platform", "query": "gold", "span_s": 0.5, "cpu_s": 3.0}]
     assert ratios["kafka_platform_cpu_vs_bare"] is None        # not run
     assert by_name["platform vs bare job, landing → silver (backlog)"]["reached"] is True
     assert by_name["platform vs bare job, landing → gold (backlog)"]["reached"] is False    # 0.30x
@@ -94,6 +98,7 @@ def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path)
     assert "| platform → silver | 4000 | 300 |" in text
     assert "| platform | silver | 900 | 900 | 900 | yes |" in text
     assert "| platform_x4 | 700 | 900 | 95.00 | — |" in text     # no span, no timeline
+    assert "| platform | gold | 0.50 | 3.00 |" in text
     assert "| platform | ingest | 3.00 | 2.50 |" in text
     assert "| bare | bare | 2.00 | 1.50 |" in text
 
@@ -277,4 +282,9 @@ def test_platform_run_is_weir_run_once_with_its_output_checked(tmp_path: Path) -
     assert result["bronze"]["count"] == result["bronze"]["expected"] == data.lines
     assert 0 < result["gold_events_per_s"] <= result["events_per_s"]
     assert result["batches"] >= 1 and result["time_split_ms"]["ingest"]["addBatch"] > 0
+    # the queries ran one after another, each span ending where the next begins
+    spans = result["query_spans"]
+    assert list(spans) == ["ingest", "gold", "sessions"]
+    bounds = [t for span in spans.values() for t in span]
+    assert bounds == sorted(bounds) and spans["ingest"][1] == spans["gold"][0], spans
     assert (tmp_path / "driver-platform-0.log").is_file(), "the driver's log is kept beside the worker's"
