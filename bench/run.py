@@ -9,9 +9,9 @@ hand-written job, side by side in one invocation on the same files, written to
     python -m bench.run --only one_file # one landing file of ~2.3 GB: the bare job and the platform
 
 Every measured run is one process, `python -m bench.worker WORKLOAD ARGS_JSON`, printing one JSON
-result line; the harness samples the peak memory and CPU time of its whole process tree. Ratios are only taken
-between runs of the same invocation. A run that cannot run (failure, time limit, budget spent) is
-recorded as "not measured: <why>", never as a number.
+result line; the harness samples the peak memory and CPU time of its whole process tree. Ratios
+are only taken between runs of the same invocation. A run that cannot run (failure, time limit,
+budget spent) is recorded as "not measured: <why>", never as a number.
 """
 
 from __future__ import annotations
@@ -131,8 +131,7 @@ def last_json_line(path: Path) -> dict[str, Any] | None:
 
 def run_worker(suite: Suite, workload: str, args: dict[str, Any], limit_s: float | None = None) -> None:
     """One measured run in a fresh `bench.worker` process, its tree's peak memory and CPU time
-    sampled; its
-    result (or why there is none) lands in `suite.results[label]`."""
+    sampled; its result (or why there is none) lands in `suite.results[label]`."""
     label = str(args["label"])
     timeout = min(limit_s or suite.profile.run_timeout_s, suite.remaining_s())
     if timeout < 30:
