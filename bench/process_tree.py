@@ -28,34 +28,41 @@ def _kb(value: str | None) -> int:
     return int(value.split()[0]) if value else 0
 
 
-def _cpu_ticks(pid: int) -> tuple[int, int] | None:
-    """(start time, user + system CPU ticks so far) of a process, or None when it is gone. The
-    start time tells a re-used pid apart."""
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command (state, the 3rd field, first), or None
+    when the process is gone. The command may hold spaces and brackets: split after its ")"."""
     try:
-        fields = (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+        return (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
-    # after the command: state is field 3; utime 14, stime 15, starttime 22 (proc(5))
+
+
+def _cpu_ticks(fields: list[str]) -> tuple[int, int]:
+    """(start time, user + system CPU ticks so far) from a process's stat fields (`_stat`): utime
+    is field 14, stime 15, starttime 22 (proc(5)). The start time tells a re-used pid apart."""
     return int(fields[19]), int(fields[11]) + int(fields[12])
 
 
-def descendants(root: int) -> set[int]:
-    """`root` and every process below it (by parent pid), as /proc shows them now."""
+def descendants(root: int) -> dict[int, list[str]]:
+    """`root` and every process below it (by parent pid), as /proc shows them now, each with its
+    stat fields (`_stat`)."""
+    stats: dict[int, list[str]] = {}
     children: dict[int, list[int]] = {}
     for entry in PROC.iterdir():
         if not entry.name.isdigit():
             continue
-        try:
-            # The command name in /proc/<pid>/stat may hold spaces and brackets: split after ")".
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
+        pid = int(entry.name)
+        fields = _stat(pid)
+        if fields is None or len(fields) < 20 or not fields[1].lstrip("-").isdigit():
             continue
-        children.setdefault(parent, []).append(int(entry.name))
-    found, todo = set(), [root]
+        stats[pid] = fields
+        children.setdefault(int(fields[1]), []).append(pid)
+    found: dict[int, list[str]] = {}
+    todo = [root]
     while todo:
         pid = todo.pop()
-        if pid not in found:
-            found.add(pid)
+        if pid not in found and pid in stats:
+            found[pid] = stats[pid]
             todo += children.get(pid, [])
     return found
 
@@ -77,14 +84,13 @@ class PeakMemory:
 
     def sample(self) -> None:
         total = 0
-        for pid in descendants(self.root):
+        for pid, fields in descendants(self.root).items():
             status = _status(pid)
             total += _kb(status.get("VmRSS"))
             if status.get("Name", "").strip() == "java":
                 self.jvm_peak_kb = max(self.jvm_peak_kb, _kb(status.get("VmHWM")))
-            ticks = _cpu_ticks(pid)
-            if ticks is not None:
-                self.cpu_ticks[(pid, ticks[0])] = ticks[1]
+            started, ticks = _cpu_ticks(fields)
+            self.cpu_ticks[(pid, started)] = ticks
         self.tree_peak_kb = max(self.tree_peak_kb, total)
         used_s = sum(self.cpu_ticks.values()) / TICKS_PER_S
         self.cpu_timeline.append([round(time.time(), 3), round(used_s, 2)])
