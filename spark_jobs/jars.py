@@ -9,6 +9,7 @@ session afterwards puts those files on `spark.jars` and needs no network.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -91,7 +92,7 @@ def resolve() -> list[str]:
     jars = sorted(str(p) for p in (ivy / "jars").glob("*.jar") if _artifact(p) not in shipped)
     if not jars:
         raise JarsMissingError(f"Ivy resolved nothing into {ivy / 'jars'}")
-    jars.append(str(build_own_jar()))
+    jars.append(str(build_own_jar(jars)))
     manifest.write_text("\n".join(jars) + "\n")
     stamp.write_text(wanted)
     return jars
@@ -104,11 +105,12 @@ def own_sources_digest() -> str:
     return digest.hexdigest()
 
 
-def build_own_jar() -> Path:
-    """Compile `infra/jvm/**/*.java` against pyspark's jars into `WEIR_JAR_CACHE/weir-jvm.jar`."""
+def build_own_jar(resolved: list[str]) -> Path:
+    """Compile `infra/jvm/**/*.java` against pyspark's jars and the `resolved` ones (Delta's) into
+    `WEIR_JAR_CACHE/weir-jvm.jar`."""
     import pyspark
 
-    classpath = str(Path(pyspark.__file__).parent / "jars" / "*")
+    classpath = os.pathsep.join([str(Path(pyspark.__file__).parent / "jars" / "*"), *resolved])
     sources = [str(p) for p in sorted(JVM_SOURCES.rglob("*.java"))]
     jar = cache_dir() / OWN_JAR
     javac, jar_tool = shutil.which("javac"), shutil.which("jar")

@@ -47,9 +47,9 @@ from spark_jobs.tables import (
     Fencing,
     append_new,
     in_list,
+    insert_absent,
     insert_new,
     key_ranges,
-    keys_not_broadcast,
     partitions_holding,
     upsert,
 )
@@ -128,7 +128,7 @@ class IngestBatch:
             by_source = key_ranges("source", "position", summary.positions)
             # Bronze before silver: the back-fill re-derives silver from bronze, so a silver row
             # committed ahead of its bronze row could be erased by a back-fill reading bronze in
-            # between. Quarantine and the silver rows' preparation do not depend on bronze.
+            # between. Quarantine does not depend on bronze.
             first = {"bronze": lambda: append_new(transforms.bronze_rows(parsed, p), t.bronze,
                                                   transforms.BRONZE_KEY, prune=by_source,
                                                   fencing=token)}
@@ -138,21 +138,14 @@ class IngestBatch:
                 first["quarantine"] = lambda: insert_new(
                     transforms.rejects(parsed), t.quarantine, transforms.BRONZE_KEY, prune=by_source,
                     fencing=token)
+            run_concurrently(steps.timed(first), what=f"{p.name} ingest batch {batch_id}")
             if summary.dates:
-                # A MERGE source must not change its cached parts while the MERGE runs (Delta
-                # checks); a local checkpoint makes it a leaf nothing else can touch.
-                first["silver rows"] = lambda: transforms.silver(
-                    parsed, read_dimension(parsed.sparkSession, t), p).localCheckpoint()
-            done = run_concurrently(steps.timed(first), what=f"{p.name} ingest batch {batch_id}")
-            if summary.dates:
-                rows = done["silver rows"]
-                with keys_not_broadcast(rows.sparkSession):
-                    # an event resent with another event time stands under another date already
-                    dates = {*summary.dates, *steps.time("silver dates held", lambda: partitions_holding(
-                        rows, t.silver, (p.key,), "event_date"))}
-                    steps.time("silver", lambda: insert_new(
-                        rows, t.silver, (p.key,), prune=in_list("event_date", sorted(dates)),
-                        fencing=token))
+                # Derived from the cached batch as it is written, not materialised first: the
+                # insert reads its keys, then its rows, and both are deterministic. An event
+                # resent with another event time stands under another date already: the whole
+                # table's keys are read (`insert_absent`).
+                rows = transforms.silver(parsed, read_dimension(parsed.sparkSession, t), p)
+                steps.time("silver", lambda: insert_absent(rows, t.silver, (p.key,), fencing=token))
             # A write the fencing token made Delta skip (a newer holder committed) is loud here,
             # before Spark records the batch as done.
             fence(p.name)

@@ -22,7 +22,6 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -296,6 +295,32 @@ def insert_new(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | No
     retry_conflicts(merge, what=f"insert into {path}")
 
 
+def insert_absent(df: DataFrame, path: Path, key: Sequence[str], *,
+                  fencing: Fencing | None = None) -> int:
+    """Insert the rows of `df` (unique by `key`) whose key the table at `path` holds under no
+    partition yet; returns how many. One Delta transaction reads the table's key columns and
+    commits the new rows (`infra/jvm/weir/InsertAbsent.java`): exact beside concurrent writers like
+    `insert_new`'s MERGE (a concurrent data change conflicts and is retried here), but no row of
+    `df` is shuffled: its keys are broadcast against the table's. `df`'s size is bounded by the
+    caller (one micro-batch)."""
+    spark = df.sparkSession
+    gateway = spark.sparkContext._gateway  # type: ignore[attr-defined]
+    keys = gateway.new_array(gateway.jvm.java.lang.String, len(key))
+    for i, k in enumerate(key):
+        keys[i] = k
+
+    def insert() -> int:
+        version = fencing.next_version() if fencing is not None else -1
+        inserted = gateway.jvm.weir.InsertAbsent.insert(
+            spark._jsparkSession, str(path), df._jdf, keys,  # type: ignore[attr-defined]
+            fencing.app_id if fencing is not None else None, version)
+        if fencing is not None:
+            fencing.landed(path, version)   # -1: skipped, a newer holder's version is there
+        return int(inserted)
+
+    return retry_conflicts(insert, what=f"insert into {path}")
+
+
 def partitions_holding(df: DataFrame, path: Path, key: Sequence[str], partition: str) -> list[object]:
     """The values of `partition` under which the table at `path` holds a key of `df`: where an
     event already stands when its new copy would fall under another partition (an event resent
@@ -315,24 +340,6 @@ def holding(df: DataFrame, path: Path, key: Sequence[str], partition: str) -> Da
     keys = F.broadcast(df.select(*key).distinct())
     held = table.select(*key, partition).join(keys, on=list(key), how="left_semi")
     return held.select(partition).distinct()
-
-
-@contextmanager
-def keys_not_broadcast(spark: SparkSession) -> Iterator[None]:
-    """Joins planned meanwhile on `spark` broadcast no side by its estimated size. A join against
-    the keys of a large table (the dedupe of a batch against silver) must not be planned as a
-    broadcast: Spark estimates a column's share of a Delta table's size from default widths, so a
-    key column of millions of rows can look small, and building its hash table then fails the
-    batch ("Not enough memory to build and broadcast the table"). Explicit broadcast hints (the
-    dimension) still apply. The conf is the session's: use it where no other thread plans meanwhile
-    (each streaming query has a session of its own)."""
-    key = "spark.sql.autoBroadcastJoinThreshold"
-    before = spark.conf.get(key)
-    spark.conf.set(key, "-1")
-    try:
-        yield
-    finally:
-        spark.conf.set(key, before)
 
 
 def upsert(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | None = None,

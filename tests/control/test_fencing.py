@@ -97,12 +97,19 @@ def test_a_paused_driver_is_fenced_after_a_takeover(spark, home: WeirHome, tmp_p
     assert bronze.count() == bronze.select("source", "position").distinct().count() == written.lines
 
 
-def hold_a_merge_open(spark, tmp_path: Path, pool: ThreadPoolExecutor, fencing) -> tuple:
-    """An empty table and an old holder's MERGE into it held open (its source blocks until
-    `release` exists): (table path, the MERGE's future, release)."""
+# The two inserts that read the table inside their own transaction: a MERGE, and the key read +
+# append of `insert_absent` (the stream's silver write).
+INSERTS = ("insert_new", "insert_absent")
+
+
+def hold_a_merge_open(spark, tmp_path: Path, pool: ThreadPoolExecutor, fencing,
+                      insert: str = "insert_new") -> tuple:
+    """An empty table and an old holder's `insert` into it held open (its source blocks until
+    `release` exists): (table path, the insert's future, release)."""
     from pyspark.sql import functions as F
 
-    from spark_jobs.tables import ensure_table, insert_new
+    from spark_jobs import tables
+    from spark_jobs.tables import ensure_table
 
     path = tmp_path / "silver"
     ensure_table(spark, path, StructType([StructField("k", StringType())]), [])
@@ -116,8 +123,8 @@ def hold_a_merge_open(spark, tmp_path: Path, pool: ThreadPoolExecutor, fencing) 
             time.sleep(0.05)
         return k
 
-    in_flight = pool.submit(insert_new, rows(spark, "old-1").select(paused("k").alias("k")), path,
-                            ["k"], fencing=fencing)
+    in_flight = pool.submit(getattr(tables, insert), rows(spark, "old-1").select(paused("k").alias("k")),
+                            path, ["k"], fencing=fencing)
     wait_for("the old holder's MERGE to be open", opened.exists, 120, poll_s=0.05)
     return path, in_flight, release
 
@@ -126,16 +133,18 @@ def rows(spark, *keys: str):
     return spark.createDataFrame([(k,) for k in keys], "k string")
 
 
-def test_a_commit_in_flight_when_a_newer_holder_commits_cannot_land(spark, tmp_path: Path) -> None:
+@pytest.mark.parametrize("insert", INSERTS)
+def test_a_commit_in_flight_when_a_newer_holder_commits_cannot_land(spark, tmp_path: Path,
+                                                                   insert: str) -> None:
     """The window a lease check cannot close: a driver checks its lease, is paused, and commits
-    after a newer holder took over and committed. Its MERGE is held open (its source blocks)
+    after a newer holder took over and committed. Its insert is held open (its source blocks)
     while the newer holder appends; once released, it must not land, nor any later write of it,
     and each of them fails loudly (Delta skips a stale write without a word)."""
-    from spark_jobs.tables import FencedWriteError, Fencing, append_new, insert_new
+    from spark_jobs.tables import FencedWriteError, Fencing, append_new, insert_absent, insert_new
 
     old, new = Fencing("p", 1), Fencing("p", 2)
     with ThreadPoolExecutor(1) as pool:
-        path, in_flight, release = hold_a_merge_open(spark, tmp_path, pool, old)
+        path, in_flight, release = hold_a_merge_open(spark, tmp_path, pool, old, insert)
         append_new(rows(spark, "new-1"), path, ["k"], fencing=new)
         release.touch()
         with pytest.raises(FencedWriteError, match="did not land"):
@@ -144,6 +153,8 @@ def test_a_commit_in_flight_when_a_newer_holder_commits_cannot_land(spark, tmp_p
         append_new(rows(spark, "old-2"), path, ["k"], fencing=old)
     with pytest.raises(FencedWriteError):
         insert_new(rows(spark, "old-3"), path, ["k"], fencing=old)
+    with pytest.raises(FencedWriteError):
+        insert_absent(rows(spark, "old-4"), path, ["k"], fencing=old)
     assert sorted(r.k for r in table(spark, path).collect()) == ["new-1"]
     # the newer holder goes on writing; an unfenced writer (a back-fill) is not affected
     append_new(rows(spark, "new-2"), path, ["k"], fencing=new)
@@ -152,15 +163,17 @@ def test_a_commit_in_flight_when_a_newer_holder_commits_cannot_land(spark, tmp_p
     assert Fencing.used_tokens("p", [path]) == 2
 
 
-def test_a_commit_in_flight_when_a_newer_holder_takes_the_lease_cannot_land(spark, tmp_path: Path) -> None:
+@pytest.mark.parametrize("insert", INSERTS)
+def test_a_commit_in_flight_when_a_newer_holder_takes_the_lease_cannot_land(spark, tmp_path: Path,
+                                                                           insert: str) -> None:
     """The same pause, but the newer holder has not written to the table yet: its claim at
     takeover (an empty commit carrying its token, `Fencing.claim`) is enough to fence the old
-    MERGE, which would otherwise land between the new holder's reads and its first commit."""
+    insert, which would otherwise land between the new holder's reads and its first commit."""
     from spark_jobs.tables import FencedWriteError, Fencing
 
     old, new = Fencing("p", 1), Fencing("p", 2)
     with ThreadPoolExecutor(1) as pool:
-        path, in_flight, release = hold_a_merge_open(spark, tmp_path, pool, old)
+        path, in_flight, release = hold_a_merge_open(spark, tmp_path, pool, old, insert)
         new.claim([path, tmp_path / "no-such-table"])
         # written by delta-rs on a table Spark created: no file, and no metadata Spark's writers
         # would see as a concurrent change

@@ -154,12 +154,12 @@ def test_a_batch_dedupe_reads_only_the_bronze_files_its_lines_could_already_be_i
     assert_exactly_once(table(spark, tables.bronze), transforms.BRONZE_KEY, written, "bronze")
 
 
-def test_the_dates_silver_holds_a_batchs_events_under_are_found_without_shuffling_silver(spark, home):
-    """Where silver already holds a batch's events (an event resent with another event time keeps
-    its first date) is looked up each batch. The batch's keys are broadcast and silver's key column
-    is scanned in place, also under the stream's `keys_not_broadcast` (no broadcast by estimate):
-    a shuffled join moved every key of silver in every batch, a cost growing with silver."""
-    from spark_jobs.tables import holding, keys_not_broadcast, partitions_holding
+def test_the_dates_a_table_holds_a_batchs_keys_under_are_found_without_shuffling_it(spark, home):
+    """Where a table already holds a batch's keys (the session table: a session moved by a late
+    event keeps its first date) is looked up each batch. The batch's keys are broadcast and the
+    table's key column is scanned in place, even with broadcasts by estimate off: a shuffled join
+    moved every key of the table in every batch, a cost growing with the table."""
+    from spark_jobs.tables import holding, partitions_holding
 
     pipeline = playback()
     tables = ensure_tables(spark, home, pipeline)
@@ -168,10 +168,14 @@ def test_the_dates_silver_holds_a_batchs_events_under_are_found_without_shufflin
         "event_id string, event_date date")
     silver.write.format("delta").partitionBy("event_date").save(str(home.root / "keys"))
     batch = spark.createDataFrame([("e3-0",), ("e7-5",), ("new-1",)], "event_id string")
-    with keys_not_broadcast(spark):
+    before = spark.conf.get("spark.sql.autoBroadcastJoinThreshold")
+    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
+    try:
         plan = holding(batch, home.root / "keys", ("event_id",), "event_date")
         assert sorted(r[0] for r in plan.collect()) == [FIRST + dt.timedelta(days=3),
                                                          FIRST + dt.timedelta(days=7)]
         executed = plan._jdf.queryExecution().executedPlan().toString()
         assert "BroadcastHashJoin" in executed and "SortMergeJoin" not in executed, executed
         assert partitions_holding(batch, tables.silver, ("event_id",), "event_date") == []
+    finally:
+        spark.conf.set("spark.sql.autoBroadcastJoinThreshold", before)

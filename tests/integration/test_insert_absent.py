@@ -1,0 +1,68 @@
+"""`tables.insert_absent` — the stream's silver write — inserts exactly the rows whose key the
+table holds under no partition, and stays exact when another writer (a back-fill) commits the same
+key between its read of the table's keys and its commit."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from deltalake import DeltaTable as LogReader
+from pyspark.sql import functions as F
+
+from spark_jobs.tables import Fencing, insert_absent, insert_new
+from tests.helpers import table
+from tests.support.polling import wait_for
+
+SCHEMA = "k string, v string, day string"
+
+
+def test_only_rows_whose_key_stands_nowhere_are_inserted(spark, tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    spark.createDataFrame([("k1", "old", "d1"), ("k2", "old", "d2")], SCHEMA).write.format(
+        "delta").partitionBy("day").save(str(path))
+    # k1 again under another partition (an event resent with another event time): not inserted;
+    # the columns in another order than the table's, as a derived frame may have them
+    batch = spark.createDataFrame([("k1", "d3", "new"), ("k3", "d3", "new"), ("k4", "d1", "new")],
+                                  "k string, day string, v string")
+    token = Fencing("p", 1)
+
+    assert insert_absent(batch, path, ["k"], fencing=token) == 2
+    assert sorted(tuple(r) for r in table(spark, path).collect()) == [
+        ("k1", "old", "d1"), ("k2", "old", "d2"), ("k3", "new", "d3"), ("k4", "new", "d1")]
+    # a replay inserts nothing, and still commits the holder's version (`Fencing.landed` checks it)
+    before = LogReader(str(path)).version()
+    assert insert_absent(batch, path, ["k"], fencing=token) == 0
+    assert LogReader(str(path)).version() == before + 1
+    assert table(spark, path).count() == 4
+
+
+def test_a_key_committed_by_another_writer_meanwhile_is_not_inserted_twice(spark, tmp_path: Path) -> None:
+    """The insert reads the table's keys, then (its source paused here) a back-fill commits one of
+    the batch's keys. Its commit conflicts with the read and is retried on the new snapshot: the
+    key stands once."""
+    path = tmp_path / "t"
+    spark.createDataFrame([("k0", "old", "d1")], SCHEMA).write.format("delta").partitionBy(
+        "day").save(str(path))
+    opened, release = tmp_path / "opened", tmp_path / "release"
+
+    @F.udf("string")
+    def paused(k: str) -> str:
+        opened.touch()
+        deadline = time.monotonic() + 120
+        while not release.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return k
+
+    batch = spark.createDataFrame([("k1", "stream", "d1"), ("k2", "stream", "d2")], SCHEMA)
+    with ThreadPoolExecutor(1) as pool:
+        # one task holds the pause: the other core commits the back-fill's key meanwhile
+        in_flight = pool.submit(insert_absent, batch.coalesce(1).withColumn("k", paused("k")), path,
+                                ["k"])
+        wait_for("the insert to have read the table's keys", opened.exists, 120, poll_s=0.05)
+        insert_new(spark.createDataFrame([("k1", "backfill", "d1")], SCHEMA), path, ["k"])
+        release.touch()
+        assert in_flight.result(300) == 1
+    assert sorted(tuple(r) for r in table(spark, path).collect()) == [
+        ("k0", "old", "d1"), ("k1", "backfill", "d1"), ("k2", "stream", "d2")]
