@@ -48,7 +48,6 @@ from spark_jobs.tables import (
     append_new,
     in_list,
     insert_absent,
-    insert_new,
     key_ranges,
     partitions_holding,
     upsert,
@@ -133,25 +132,27 @@ class IngestBatch:
                                                   transforms.BRONZE_KEY, prune=by_source,
                                                   fencing=token)}
             if summary.rejects:
-                # a MERGE, not an append: a back-fill may be inserting the same lines' rows (it
-                # reads bronze, which commits beside this), and only a MERGE conflicts with that
-                first["quarantine"] = lambda: insert_new(
+                # not a blind append: a back-fill may be inserting the same lines' rows (it reads
+                # bronze, which commits beside this), and a read of the keys conflicts with that
+                first["quarantine"] = lambda: insert_absent(
                     transforms.rejects(parsed), t.quarantine, transforms.BRONZE_KEY, prune=by_source,
                     fencing=token)
             run_concurrently(steps.timed(first), what=f"{p.name} ingest batch {batch_id}")
+            new = 0
             if summary.dates:
                 # Derived from the cached batch as it is written, not materialised first: the
                 # insert reads its keys, then its rows, and both are deterministic. An event
                 # resent with another event time stands under another date already: the whole
                 # table's keys are read (`insert_absent`).
                 rows = transforms.silver(parsed, read_dimension(parsed.sparkSession, t), p)
-                steps.time("silver", lambda: insert_absent(rows, t.silver, (p.key,), fencing=token))
+                new = steps.time("silver", lambda: insert_absent(rows, t.silver, (p.key,),
+                                                                 fencing=token)).rows
             # A write the fencing token made Delta skip (a newer holder committed) is loud here,
             # before Spark records the batch as done.
             fence(p.name)
-            log.info("%s ingest batch %d: %d source(s), %d reject(s), %d date(s) written in %.1fs (%s)",
-                     p.name, batch_id, len(summary.sources), summary.rejects, len(summary.dates),
-                     steps.elapsed(), steps)
+            log.info("%s ingest batch %d: %d source(s), %d reject(s), %d new event(s) under %d date(s) "
+                     "written in %.1fs (%s)", p.name, batch_id, len(summary.sources), summary.rejects,
+                     new, len(summary.dates), steps.elapsed(), steps)
         finally:
             parsed.unpersist()
 

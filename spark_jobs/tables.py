@@ -295,28 +295,38 @@ def insert_new(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | No
     retry_conflicts(merge, what=f"insert into {path}")
 
 
-def insert_absent(df: DataFrame, path: Path, key: Sequence[str], *,
-                  fencing: Fencing | None = None) -> int:
-    """Insert the rows of `df` (unique by `key`) whose key the table at `path` holds under no
-    partition yet; returns how many. One Delta transaction reads the table's key columns and
-    commits the new rows (`infra/jvm/weir/InsertAbsent.java`): exact beside concurrent writers like
-    `insert_new`'s MERGE (a concurrent data change conflicts and is retried here), but no row of
-    `df` is shuffled: its keys are broadcast against the table's. `df`'s size is bounded by the
-    caller (one micro-batch)."""
+@dataclass(frozen=True)
+class Inserted:
+    """What `insert_absent` did: the rows it inserted, and the table's files it read to know."""
+
+    rows: int
+    files_read: int
+
+
+def insert_absent(df: DataFrame, path: Path, key: Sequence[str], *, prune: str | None = None,
+                  fencing: Fencing | None = None) -> Inserted:
+    """Insert the rows of `df` (unique by `key`) whose key the table at `path` does not hold yet.
+    `prune` (SQL on the target `t`, as for `insert_new`) bounds where a key can
+    stand; without it every partition is read (a key may stand under any). One Delta transaction
+    reads the key columns of the files Delta's statistics leave and commits the new rows
+    (`infra/jvm/weir/InsertAbsent.java`): exact beside concurrent writers like `insert_new`'s MERGE
+    (a concurrent change to what it read conflicts, and is retried here), but no row of `df` is
+    shuffled: its keys are broadcast against the table's. `df`'s size is bounded by the caller
+    (one micro-batch)."""
     spark = df.sparkSession
     gateway = spark.sparkContext._gateway  # type: ignore[attr-defined]
     keys = gateway.new_array(gateway.jvm.java.lang.String, len(key))
     for i, k in enumerate(key):
         keys[i] = k
 
-    def insert() -> int:
+    def insert() -> Inserted:
         version = fencing.next_version() if fencing is not None else -1
-        inserted = gateway.jvm.weir.InsertAbsent.insert(
-            spark._jsparkSession, str(path), df._jdf, keys,  # type: ignore[attr-defined]
+        rows, files = gateway.jvm.weir.InsertAbsent.insert(
+            spark._jsparkSession, str(path), df._jdf, keys, prune,  # type: ignore[attr-defined]
             fencing.app_id if fencing is not None else None, version)
         if fencing is not None:
-            fencing.landed(path, version)   # -1: skipped, a newer holder's version is there
-        return int(inserted)
+            fencing.landed(path, version)   # -1 rows: skipped, a newer holder's version is there
+        return Inserted(rows=int(rows), files_read=int(files))
 
     return retry_conflicts(insert, what=f"insert into {path}")
 

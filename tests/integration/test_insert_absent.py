@@ -28,12 +28,12 @@ def test_only_rows_whose_key_stands_nowhere_are_inserted(spark, tmp_path: Path) 
                                   "k string, day string, v string")
     token = Fencing("p", 1)
 
-    assert insert_absent(batch, path, ["k"], fencing=token) == 2
+    assert insert_absent(batch, path, ["k"], fencing=token).rows == 2
     assert sorted(tuple(r) for r in table(spark, path).collect()) == [
         ("k1", "old", "d1"), ("k2", "old", "d2"), ("k3", "new", "d3"), ("k4", "new", "d1")]
     # a replay inserts nothing, and still commits the holder's version (`Fencing.landed` checks it)
     before = LogReader(str(path)).version()
-    assert insert_absent(batch, path, ["k"], fencing=token) == 0
+    assert insert_absent(batch, path, ["k"], fencing=token).rows == 0
     assert LogReader(str(path)).version() == before + 1
     assert table(spark, path).count() == 4
 
@@ -63,6 +63,27 @@ def test_a_key_committed_by_another_writer_meanwhile_is_not_inserted_twice(spark
         wait_for("the insert to have read the table's keys", opened.exists, 120, poll_s=0.05)
         insert_new(spark.createDataFrame([("k1", "backfill", "d1")], SCHEMA), path, ["k"])
         release.touch()
-        assert in_flight.result(300) == 1
+        assert in_flight.result(300).rows == 1
     assert sorted(tuple(r) for r in table(spark, path).collect()) == [
         ("k0", "old", "d1"), ("k1", "backfill", "d1"), ("k2", "stream", "d2")]
+
+
+def test_a_prune_reads_only_the_files_a_key_could_stand_in(spark, tmp_path: Path) -> None:
+    """With `prune` (the stream's quarantine write: where a batch's (source, position) keys can
+    already be), Delta's file statistics leave out every other file: a batch's cost does not grow
+    with the table's history."""
+    from spark_jobs.tables import key_ranges
+
+    path = tmp_path / "q"
+    for source in ("a", "b", "c"):   # one file per source, as one micro-batch's quarantine rows
+        spark.createDataFrame([(source, p, "reason") for p in range(10)],
+                              "source string, position bigint, reason string").coalesce(1).write.format(
+            "delta").mode("append").save(str(path))
+    batch = spark.createDataFrame([("b", 5, "again"), ("b", 10, "new"), ("d", 0, "new")],
+                                  "source string, position bigint, reason string")
+    prune = key_ranges("source", "position", {"b": (5, 10), "d": (0, 0)})
+
+    inserted = insert_absent(batch, path, ["source", "position"], prune=prune)
+    assert (inserted.rows, inserted.files_read) == (2, 1)
+    assert insert_absent(batch, path, ["source", "position"]).files_read == 4   # no prune: all
+    assert table(spark, path).count() == 32

@@ -8,6 +8,9 @@ import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.SaveMode;
 import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.catalyst.expressions.And;
+import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.plans.logical.Filter;
 import org.apache.spark.sql.delta.DeltaLog;
 import org.apache.spark.sql.delta.DeltaOperations;
 import org.apache.spark.sql.delta.OptimisticTransaction;
@@ -45,17 +48,22 @@ public final class InsertAbsent {
 
   /**
    * Insert the rows of {@code rows} (unique by {@code key}) whose key the table at {@code path}
-   * does not hold. Returns the number of rows inserted, or -1 when the write was skipped because
-   * the table already carries {@code appId} at {@code version} or above.
+   * does not hold. {@code prune} (SQL on the table's columns, qualified {@code t.}; null: the whole
+   * table) bounds where a key of {@code rows} can stand: only the files Delta's statistics cannot
+   * rule out are read, and only they are registered as read. Returns {rows inserted, files read};
+   * rows inserted is -1 when the write was skipped because the table already carries
+   * {@code appId} at {@code version} or above.
    */
-  public static long insert(SparkSession spark, String path, Dataset<Row> rows, String[] key,
-      String appId, long version) {
+  public static long[] insert(SparkSession spark, String path, Dataset<Row> rows, String[] key,
+      String prune, String appId, long version) {
     DeltaLog log = DeltaLog.forTable(spark, path);
     OptimisticTransaction txn = log.startTransaction();
     if (appId != null && txn.txnVersion(appId) >= version) {
-      return -1;
+      return new long[] {-1, 0};
     }
-    Seq<AddFile> files = txn.filterFiles(); // the whole table is read: registered for conflicts
+    // what is read is registered with the transaction: a concurrent change to it conflicts
+    Seq<AddFile> files = prune == null ? txn.filterFiles()
+        : txn.filterFiles(conjuncts(spark, path, prune), false);
     Column[] keys = Arrays.stream(key).map(functions::col).toArray(Column[]::new);
     Dataset<Row> held = log.createDataFrame(txn.snapshot(), files, false, Option.empty())
         .select(keys)
@@ -78,7 +86,26 @@ public final class InsertAbsent {
         Option.empty(), Option.empty(), Option.empty(), Option.empty(), Option.empty(),
         Option.empty(), Option.empty());
     txn.commit(CollectionConverters.asScala(actions).toList(), operation);
-    return inserted;
+    return new long[] {inserted, files.size()};
+  }
+
+  /** {@code prune}, resolved against the table's columns, split at its top-level ANDs. */
+  private static Seq<Expression> conjuncts(SparkSession spark, String path, String prune) {
+    org.apache.spark.sql.classic.Dataset<Row> pruned = (org.apache.spark.sql.classic.Dataset<Row>)
+        spark.read().format("delta").load(path).alias("t").where(prune);
+    Expression condition = ((Filter) pruned.queryExecution().analyzed()).condition();
+    List<Expression> parts = new ArrayList<>();
+    split(condition, parts);
+    return CollectionConverters.asScala(parts).toList();
+  }
+
+  private static void split(Expression e, List<Expression> parts) {
+    if (e instanceof And and) {
+      split(and.left(), parts);
+      split(and.right(), parts);
+    } else {
+      parts.add(e);
+    }
   }
 
   private static String quoted(String name) {
