@@ -141,11 +141,12 @@ class IngestBatch:
             new = 0
             if summary.dates:
                 # Derived from the cached batch as it is written, not materialised first: the
-                # insert reads its keys, then its rows, and both are deterministic. An event
-                # resent with another event time stands under another date already: the whole
-                # table's keys are read (`insert_absent`).
+                # keys looked up are the valid lines' (before the dedupe, so it runs once). An
+                # event resent with another event time stands under another date already: every
+                # partition's keys are read.
                 rows = transforms.silver(parsed, read_dimension(parsed.sparkSession, t), p)
-                new = steps.time("silver", lambda: insert_absent(rows, t.silver, (p.key,),
+                keys = transforms.valid(parsed).select(p.key)
+                new = steps.time("silver", lambda: insert_absent(rows, t.silver, (p.key,), keys=keys,
                                                                  fencing=token)).rows
             # A write the fencing token made Delta skip (a newer holder committed) is loud here,
             # before Spark records the batch as done.

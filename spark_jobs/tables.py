@@ -303,26 +303,31 @@ class Inserted:
     files_read: int
 
 
-def insert_absent(df: DataFrame, path: Path, key: Sequence[str], *, prune: str | None = None,
-                  fencing: Fencing | None = None) -> Inserted:
+def insert_absent(df: DataFrame, path: Path, key: Sequence[str], *, keys: DataFrame | None = None,
+                  prune: str | None = None, fencing: Fencing | None = None) -> Inserted:
     """Insert the rows of `df` (unique by `key`) whose key the table at `path` does not hold yet.
-    `prune` (SQL on the target `t`, as for `insert_new`) bounds where a key can
-    stand; without it every partition is read (a key may stand under any). One Delta transaction
-    reads the key columns of the files Delta's statistics leave and commits the new rows
-    (`infra/jvm/weir/InsertAbsent.java`): exact beside concurrent writers like `insert_new`'s MERGE
-    (a concurrent change to what it read conflicts, and is retried here), but no row of `df` is
-    shuffled: its keys are broadcast against the table's. `df`'s size is bounded by the caller
-    (one micro-batch)."""
+
+    One Delta transaction reads the key columns of the table and commits the new rows
+    (`infra/jvm/weir/InsertAbsent.java`): exact beside concurrent writers like `insert_new`'s
+    MERGE (a concurrent change to what it read conflicts, and is retried here), but the insert
+    shuffles nothing: the batch's keys are broadcast against the table's, and the few found back
+    against the batch. `df`'s size is bounded by the caller (one micro-batch).
+
+    `keys` holds the keys to look up (default: `df`'s); any superset will do, such as the keys
+    before a dedupe, which then runs once. `prune` (SQL on the target `t`, as for `insert_new`)
+    bounds where a key can stand, and only the files Delta's statistics leave are read; without it
+    every partition is (a key may stand under any)."""
     spark = df.sparkSession
     gateway = spark.sparkContext._gateway  # type: ignore[attr-defined]
-    keys = gateway.new_array(gateway.jvm.java.lang.String, len(key))
+    names = gateway.new_array(gateway.jvm.java.lang.String, len(key))
     for i, k in enumerate(key):
-        keys[i] = k
+        names[i] = k
 
     def insert() -> Inserted:
         version = fencing.next_version() if fencing is not None else -1
         rows, files = gateway.jvm.weir.InsertAbsent.insert(
-            spark._jsparkSession, str(path), df._jdf, keys, prune,  # type: ignore[attr-defined]
+            spark._jsparkSession, str(path), df._jdf,  # type: ignore[attr-defined]
+            None if keys is None else keys._jdf, names, prune,
             fencing.app_id if fencing is not None else None, version)
         if fencing is not None:
             fencing.landed(path, version)   # -1 rows: skipped, a newer holder's version is there

@@ -27,12 +27,11 @@ import scala.jdk.javaapi.CollectionConverters;
  * Insert the rows whose key a Delta table does not hold yet, in one transaction that reads the
  * table's keys and commits the new rows: what an insert-only MERGE does, without its shuffle.
  *
- * <p>The transaction reads every file of the table (a key can stand under any partition: an event
- * re-sent with another event time), but only its key columns; the batch's keys (bounded by the
- * source's batch bound) are broadcast against them, and the few keys found are broadcast back to
- * drop their rows. No row of the batch is shuffled or sorted. A MERGE shuffled all of them to
- * join against the partitions' keys: 4.3 s of a 20 s micro-batch of 480 k events
- * (docs/performance.md).
+ * <p>The transaction reads the files where a key of the batch can stand (for silver every file:
+ * an event re-sent with another event time stands under another partition), but only their key
+ * columns; the batch's keys (bounded by the source's batch bound) are broadcast against them, and
+ * the few keys found are broadcast back to drop their rows: the insert shuffles no row. A MERGE
+ * shuffled all of the batch's rows to join against the partitions' keys (docs/performance.md).
  *
  * <p>Exact beside concurrent writers: the read is registered with the transaction, so a commit
  * that lands after its snapshot and adds or removes data (a back-fill's MERGE) makes this commit
@@ -48,14 +47,16 @@ public final class InsertAbsent {
 
   /**
    * Insert the rows of {@code rows} (unique by {@code key}) whose key the table at {@code path}
-   * does not hold. {@code prune} (SQL on the table's columns, qualified {@code t.}; null: the whole
+   * does not hold. {@code batchKeys} are the keys looked up (null: those of {@code rows}); any
+   * superset of them will do, such as the keys of the rows before a dedupe, whose plan is cheaper
+   * to run twice than the rows'. {@code prune} (SQL on the table's columns, qualified {@code t.}; null: the whole
    * table) bounds where a key of {@code rows} can stand: only the files Delta's statistics cannot
    * rule out are read, and only they are registered as read. Returns {rows inserted, files read};
    * rows inserted is -1 when the write was skipped because the table already carries
    * {@code appId} at {@code version} or above.
    */
-  public static long[] insert(SparkSession spark, String path, Dataset<Row> rows, String[] key,
-      String prune, String appId, long version) {
+  public static long[] insert(SparkSession spark, String path, Dataset<Row> rows,
+      Dataset<Row> batchKeys, String[] key, String prune, String appId, long version) {
     DeltaLog log = DeltaLog.forTable(spark, path);
     OptimisticTransaction txn = log.startTransaction();
     if (appId != null && txn.txnVersion(appId) >= version) {
@@ -67,7 +68,8 @@ public final class InsertAbsent {
     Column[] keys = Arrays.stream(key).map(functions::col).toArray(Column[]::new);
     Dataset<Row> held = log.createDataFrame(txn.snapshot(), files, false, Option.empty())
         .select(keys)
-        .join(functions.broadcast(rows.select(keys)), key, "left_semi");
+        .join(functions.broadcast((batchKeys == null ? rows : batchKeys).select(keys)), key,
+            "left_semi");
     Dataset<Row> absent = rows.join(functions.broadcast(held), key, "left_anti");
     Dataset<Row> aligned = absent.select(Arrays.stream(txn.snapshot().schema().fields())
         .map(f -> functions.col(quoted(f.name())).cast(f.dataType()).alias(f.name()))
