@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 HEARTBEAT_EVERY_S = 1.0
+LISTENER_DRAIN_S = 10.0   # at most this long for the progress events already posted at exit
 
 
 def read_heartbeat(home: WeirHome, pipeline: str) -> dict[str, Any] | None:
@@ -103,6 +104,16 @@ class DriverMonitor:
     def __exit__(self, *exc: object) -> None:
         self._closed.set()
         self._thread.join(5.0)
+        try:
+            # Spark hands progress events to the listener on a thread of its own, after a query's
+            # batch ends: wait until those posted so far are delivered (the last batch's progress
+            # is recorded), then remove the listener, so none is delivered once this process's
+            # Python side is gone (Spark logged that as an ERROR at every `--once` exit).
+            self.spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(  # type: ignore[union-attr]
+                int(LISTENER_DRAIN_S * 1000))
+        except Exception:  # a timeout: what is still queued is not recorded
+            log.warning("%s: progress events still queued after %.0fs at exit", self.pipeline,
+                        LISTENER_DRAIN_S, exc_info=True)
         try:
             self.spark.streams.removeListener(self._listener)
         except Exception:  # the JVM may already be gone when the driver is torn down
