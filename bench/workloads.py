@@ -384,7 +384,7 @@ def ingest_profile_once(spark: SparkSession, spec: Spec, data: Dataset, name: st
     from spark_jobs.quality import rules as row_rules
     from spark_jobs.sources import bronze_columns
     from spark_jobs.stream import BatchSummary, IngestBatch
-    from spark_jobs.tables import append_new, in_list, insert_new, key_ranges
+    from spark_jobs.tables import append_new, insert_absent, key_ranges
     from spark_jobs.timing import StepTimes
 
     p = playback()
@@ -403,12 +403,11 @@ def ingest_profile_once(spark: SparkSession, spec: Spec, data: Dataset, name: st
     by_source = key_ranges("source", "position", summary.positions)   # as the stream prunes
     timed("3 bronze: anti-join + append", lambda: append_new(batch, t.bronze, transforms.BRONZE_KEY,
                                                              prune=by_source))
-    timed("4 quarantine: anti-join + append", lambda: append_new(
+    timed("4 quarantine: key read + append", lambda: insert_absent(
         transforms.rejects(parsed), t.quarantine, transforms.BRONZE_KEY, prune=by_source))
-    rows = timed("5 silver rows (local checkpoint)", lambda: transforms.silver(
-        parsed, read_dimension(spark, t), p).localCheckpoint())
-    timed("6 silver insert-only MERGE", lambda: insert_new(
-        rows, t.silver, (p.key,), prune=in_list("event_date", summary.dates)))
+    timed("5 silver: dedupe, key read + append", lambda: insert_absent(
+        transforms.silver(parsed, read_dimension(spark, t), p), t.silver, (p.key,),
+        keys=transforms.valid(parsed).select(p.key)))
     parsed.unpersist()
     whole = ensure_tables(spark, fresh_home(spec, f"{name}-whole"), p)
     timed("whole IngestBatch (as the stream runs it)", lambda: IngestBatch(p, whole)(batch, 0))

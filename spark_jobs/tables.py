@@ -3,8 +3,9 @@ replayed micro-batch (after a crash, or after a checkpoint restore) changes noth
 
 - `append_new`: append the rows whose key is not in the table yet, for tables with one writer
   (bronze: only the pipeline's leased driver writes it);
-- `insert_new`: the same as an insert-only MERGE, whose conflict detection keeps it exact beside
-  concurrent writers (silver and quarantine, which a back-fill rewrites while the stream runs);
+- `insert_absent`: insert the rows whose key is not in the table yet, reading its keys and
+  appending in one transaction whose conflict detection keeps it exact beside concurrent writers
+  (silver and quarantine, which a back-fill rewrites while the stream runs);
 - `upsert`: set the row of each key (gold windows, whose values are complete aggregates);
 - `reconcile`: make a range of a table equal re-derived rows by one MERGE of the differences,
   deleting only rows the caller owns (back-fill: never what the stream committed meanwhile).
@@ -280,21 +281,6 @@ def append_new(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | No
     save_fenced(new.write.format("delta").mode("append"), path, fencing)
 
 
-def insert_new(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | None = None,
-               fencing: Fencing | None = None) -> None:
-    """Insert rows of `df` whose key is not yet in the table (`df` must be unique by key).
-    `prune` is a SQL predicate on the target `t` that bounds where a key can already be."""
-    from delta.tables import DeltaTable
-
-    condition = " AND ".join([f"t.`{k}` = s.`{k}`" for k in key] + ([prune] if prune else []))
-
-    def merge() -> None:
-        _dml(df.sparkSession, path, lambda: DeltaTable.forPath(df.sparkSession, str(path)).alias("t")
-             .merge(df.alias("s"), condition).whenNotMatchedInsertAll().execute(), fencing)
-
-    retry_conflicts(merge, what=f"insert into {path}")
-
-
 @dataclass(frozen=True)
 class Inserted:
     """What `insert_absent` did: the rows it inserted, and the table's files it read to know."""
@@ -308,13 +294,13 @@ def insert_absent(df: DataFrame, path: Path, key: Sequence[str], *, keys: DataFr
     """Insert the rows of `df` (unique by `key`) whose key the table at `path` does not hold yet.
 
     One Delta transaction reads the key columns of the table and commits the new rows
-    (`infra/jvm/weir/InsertAbsent.java`): exact beside concurrent writers like `insert_new`'s
-    MERGE (a concurrent change to what it read conflicts, and is retried here), but the insert
-    shuffles nothing: the batch's keys are broadcast against the table's, and the few found back
-    against the batch. `df`'s size is bounded by the caller (one micro-batch).
+    (`infra/jvm/weir/InsertAbsent.java`): exact beside concurrent writers like a MERGE (a
+    concurrent change to what it read conflicts, and is retried here), but the insert shuffles
+    nothing: the batch's keys are broadcast against the table's, and the few found back against
+    the batch. `df`'s size is bounded by the caller (one micro-batch).
 
     `keys` holds the keys to look up (default: `df`'s); any superset will do, such as the keys
-    before a dedupe, which then runs once. `prune` (SQL on the target `t`, as for `insert_new`)
+    before a dedupe, which then runs once. `prune` (SQL on the target `t`, as `key_ranges` gives)
     bounds where a key can stand, and only the files Delta's statistics leave are read; without it
     every partition is (a key may stand under any)."""
     spark = df.sparkSession

@@ -97,13 +97,12 @@ def test_a_paused_driver_is_fenced_after_a_takeover(spark, home: WeirHome, tmp_p
     assert bronze.count() == bronze.select("source", "position").distinct().count() == written.lines
 
 
-# The two inserts that read the table inside their own transaction: a MERGE, and the key read +
-# append of `insert_absent` (the stream's silver write).
-INSERTS = ("insert_new", "insert_absent")
+# The writes that read the table inside their own transaction: a MERGE (`upsert`), and the key
+# read + append of `insert_absent` (the stream's silver and quarantine writes).
+INSERTS = ("upsert", "insert_absent")
 
 
-def hold_a_merge_open(spark, tmp_path: Path, pool: ThreadPoolExecutor, fencing,
-                      insert: str = "insert_new") -> tuple:
+def hold_a_merge_open(spark, tmp_path: Path, pool: ThreadPoolExecutor, fencing, insert: str) -> tuple:
     """An empty table and an old holder's `insert` into it held open (its source blocks until
     `release` exists): (table path, the insert's future, release)."""
     from pyspark.sql import functions as F
@@ -140,7 +139,7 @@ def test_a_commit_in_flight_when_a_newer_holder_commits_cannot_land(spark, tmp_p
     after a newer holder took over and committed. Its insert is held open (its source blocks)
     while the newer holder appends; once released, it must not land, nor any later write of it,
     and each of them fails loudly (Delta skips a stale write without a word)."""
-    from spark_jobs.tables import FencedWriteError, Fencing, append_new, insert_absent, insert_new
+    from spark_jobs.tables import FencedWriteError, Fencing, append_new, insert_absent, upsert
 
     old, new = Fencing("p", 1), Fencing("p", 2)
     with ThreadPoolExecutor(1) as pool:
@@ -152,13 +151,13 @@ def test_a_commit_in_flight_when_a_newer_holder_commits_cannot_land(spark, tmp_p
     with pytest.raises(FencedWriteError):
         append_new(rows(spark, "old-2"), path, ["k"], fencing=old)
     with pytest.raises(FencedWriteError):
-        insert_new(rows(spark, "old-3"), path, ["k"], fencing=old)
+        upsert(rows(spark, "old-3"), path, ["k"], fencing=old)
     with pytest.raises(FencedWriteError):
         insert_absent(rows(spark, "old-4"), path, ["k"], fencing=old)
     assert sorted(r.k for r in table(spark, path).collect()) == ["new-1"]
     # the newer holder goes on writing; an unfenced writer (a back-fill) is not affected
     append_new(rows(spark, "new-2"), path, ["k"], fencing=new)
-    insert_new(rows(spark, "backfill"), path, ["k"])
+    insert_absent(rows(spark, "backfill"), path, ["k"])
     assert sorted(r.k for r in table(spark, path).collect()) == ["backfill", "new-1", "new-2"]
     assert Fencing.used_tokens("p", [path]) == 2
 

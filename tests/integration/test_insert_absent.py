@@ -11,7 +11,7 @@ from pathlib import Path
 from deltalake import DeltaTable as LogReader
 from pyspark.sql import functions as F
 
-from spark_jobs.tables import Fencing, insert_absent, insert_new
+from spark_jobs.tables import Fencing, insert_absent, upsert
 from tests.helpers import table
 from tests.support.polling import wait_for
 
@@ -61,7 +61,7 @@ def test_a_key_committed_by_another_writer_meanwhile_is_not_inserted_twice(spark
         in_flight = pool.submit(insert_absent, batch.coalesce(1).withColumn("k", paused("k")), path,
                                 ["k"])
         wait_for("the insert to have read the table's keys", opened.exists, 120, poll_s=0.05)
-        insert_new(spark.createDataFrame([("k1", "backfill", "d1")], SCHEMA), path, ["k"])
+        upsert(spark.createDataFrame([("k1", "backfill", "d1")], SCHEMA), path, ["k"])   # a MERGE
         release.touch()
         assert in_flight.result(300).rows == 1
     assert sorted(tuple(r) for r in table(spark, path).collect()) == [
