@@ -22,6 +22,7 @@ from spark_jobs.layers import PipelineTables
 from tests.control.test_claim import actions
 from tests.helpers import assert_exactly_once, table
 from tests.integration.pipelines import playback, write_catalog
+from tests.support.pause import pausing_udf
 from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.slow
@@ -105,23 +106,13 @@ INSERTS = ("upsert", "insert_absent")
 def hold_a_merge_open(spark, tmp_path: Path, pool: ThreadPoolExecutor, fencing, insert: str) -> tuple:
     """An empty table and an old holder's `insert` into it held open (its source blocks until
     `release` exists): (table path, the insert's future, release)."""
-    from pyspark.sql import functions as F
-
     from spark_jobs import tables
     from spark_jobs.tables import ensure_table
 
     path = tmp_path / "silver"
     ensure_table(spark, path, StructType([StructField("k", StringType())]), [])
     opened, release = tmp_path / "opened", tmp_path / "release"
-
-    @F.udf("string")
-    def paused(k: str) -> str:
-        opened.touch()
-        deadline = time.monotonic() + 120
-        while not release.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return k
-
+    paused = pausing_udf(opened, release)
     in_flight = pool.submit(getattr(tables, insert), rows(spark, "old-1").select(paused("k").alias("k")),
                             path, ["k"], fencing=fencing)
     wait_for("the old holder's MERGE to be open", opened.exists, 120, poll_s=0.05)

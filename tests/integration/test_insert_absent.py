@@ -4,15 +4,14 @@ key between its read of the table's keys and its commit."""
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from deltalake import DeltaTable as LogReader
-from pyspark.sql import functions as F
 
 from spark_jobs.tables import Fencing, insert_absent, upsert
 from tests.helpers import table
+from tests.support.pause import pausing_udf
 from tests.support.polling import wait_for
 
 SCHEMA = "k string, v string, day string"
@@ -46,14 +45,7 @@ def test_a_key_committed_by_another_writer_meanwhile_is_not_inserted_twice(spark
     spark.createDataFrame([("k0", "old", "d1")], SCHEMA).write.format("delta").partitionBy(
         "day").save(str(path))
     opened, release = tmp_path / "opened", tmp_path / "release"
-
-    @F.udf("string")
-    def paused(k: str) -> str:
-        opened.touch()
-        deadline = time.monotonic() + 120
-        while not release.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return k
+    paused = pausing_udf(opened, release)
 
     batch = spark.createDataFrame([("k1", "stream", "d1"), ("k2", "stream", "d2")], SCHEMA)
     with ThreadPoolExecutor(1) as pool:
