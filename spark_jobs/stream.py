@@ -101,8 +101,8 @@ class IngestBatch:
 
     One aggregate over the parsed batch gives its sources, rejects, event dates and row-rule
     counts; a `fail` rule (`spark_jobs.quality.rules`) stops the batch there, before any write.
-    Each write is idempotent by record identity on its own, so bronze, quarantine and the silver
-    rows are prepared concurrently; silver commits after bronze (see below)."""
+    Each write is idempotent by record identity on its own, so bronze and quarantine are written
+    concurrently; silver is written after bronze (see below)."""
 
     def __init__(self, pipeline: Pipeline, tables: PipelineTables) -> None:
         self.pipeline = pipeline

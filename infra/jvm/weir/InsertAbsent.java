@@ -49,11 +49,11 @@ public final class InsertAbsent {
    * Insert the rows of {@code rows} (unique by {@code key}) whose key the table at {@code path}
    * does not hold. {@code batchKeys} are the keys looked up (null: those of {@code rows}); any
    * superset of them will do, such as the keys of the rows before a dedupe, whose plan is cheaper
-   * to run twice than the rows'. {@code prune} (SQL on the table's columns, qualified {@code t.}; null: the whole
-   * table) bounds where a key of {@code rows} can stand: only the files Delta's statistics cannot
-   * rule out are read, and only they are registered as read. Returns {rows inserted, files read};
-   * rows inserted is -1 when the write was skipped because the table already carries
-   * {@code appId} at {@code version} or above.
+   * to run twice than the rows'. {@code prune} (SQL on the table's columns, qualified
+   * {@code t.}; null: the whole table) bounds where a key of {@code rows} can stand: only the
+   * files Delta's statistics cannot rule out are read, and only they are registered as read.
+   * Returns {rows inserted, files read}; rows inserted is -1 when the write was skipped because
+   * the table already carries {@code appId} at {@code version} or above.
    */
   public static long[] insert(SparkSession spark, String path, Dataset<Row> rows,
       Dataset<Row> batchKeys, String[] key, String prune, String appId, long version) {
