@@ -103,7 +103,7 @@ def test_a_paused_driver_is_fenced_after_a_takeover(spark, home: WeirHome, tmp_p
 INSERTS = ("upsert", "insert_absent")
 
 
-def hold_a_merge_open(spark, tmp_path: Path, pool: ThreadPoolExecutor, fencing, insert: str) -> tuple:
+def hold_an_insert_open(spark, tmp_path: Path, pool: ThreadPoolExecutor, fencing, insert: str) -> tuple:
     """An empty table and an old holder's `insert` into it held open (its source blocks until
     `release` exists): (table path, the insert's future, release)."""
     from spark_jobs import tables
@@ -115,7 +115,7 @@ def hold_a_merge_open(spark, tmp_path: Path, pool: ThreadPoolExecutor, fencing, 
     paused = pausing_udf(opened, release)
     in_flight = pool.submit(getattr(tables, insert), rows(spark, "old-1").select(paused("k").alias("k")),
                             path, ["k"], fencing=fencing)
-    wait_for("the old holder's MERGE to be open", opened.exists, 120, poll_s=0.05)
+    wait_for("the old holder's insert to be open", opened.exists, 120, poll_s=0.05)
     return path, in_flight, release
 
 
@@ -134,7 +134,7 @@ def test_a_commit_in_flight_when_a_newer_holder_commits_cannot_land(spark, tmp_p
 
     old, new = Fencing("p", 1), Fencing("p", 2)
     with ThreadPoolExecutor(1) as pool:
-        path, in_flight, release = hold_a_merge_open(spark, tmp_path, pool, old, insert)
+        path, in_flight, release = hold_an_insert_open(spark, tmp_path, pool, old, insert)
         append_new(rows(spark, "new-1"), path, ["k"], fencing=new)
         release.touch()
         with pytest.raises(FencedWriteError, match="did not land"):
@@ -163,7 +163,7 @@ def test_a_commit_in_flight_when_a_newer_holder_takes_the_lease_cannot_land(spar
 
     old, new = Fencing("p", 1), Fencing("p", 2)
     with ThreadPoolExecutor(1) as pool:
-        path, in_flight, release = hold_a_merge_open(spark, tmp_path, pool, old, insert)
+        path, in_flight, release = hold_an_insert_open(spark, tmp_path, pool, old, insert)
         new.claim([path, tmp_path / "no-such-table"])
         # written by delta-rs on a table Spark created: no file, and no metadata Spark's writers
         # would see as a concurrent change
