@@ -131,6 +131,13 @@ class SessionState:
     def label(self) -> str:
         return ENDED if self.end_ms is not None else TIMED_OUT if self.timed_out else ACTIVE
 
+    def timer_ms(self, gap_ms: int) -> int:
+        """When the stream's timer of this state fires: a gap after its last event, and once it
+        has timed out, a gap after that (`SessionProcessor`). The timer is a function of the
+        state, so the processor never has to list its timers to replace one."""
+        assert self.last_ms is not None
+        return self.last_ms + (2 if self.timed_out else 1) * gap_ms
+
     def output(self, key: str, spec: Sessions) -> dict[str, Any]:
         """The state function's row (`raw_schema`) for session `key`."""
         return dict(zip(raw_schema(spec).names, (key, self.label(), *self.as_tuple()), strict=True))
@@ -144,13 +151,20 @@ def input_columns(spec: Sessions) -> list[str]:
 
 def _events(silver: DataFrame, pipeline: Pipeline) -> DataFrame:
     spec = _spec(pipeline)
-    return silver.select(spec.key, pipeline.event_time, *input_columns(spec),
+    # the event time as epoch milliseconds only: a timestamp column would cost a Python datetime
+    # per event on its way to the state function, which never reads one
+    return silver.select(spec.key, *input_columns(spec),
                          F.unix_millis(pipeline.event_time).alias("event_ms"))
 
 
 class SessionProcessor(StatefulProcessor):
     """The stream's door to `SessionState.fold`: the state in a `ValueState`, one event-time timer
-    per session (last event + gap) that times it out, and, once it is closed, drops it a gap later."""
+    per session (`SessionState.timer_ms`: last event + gap) that times it out, and, once it is
+    closed, drops it a gap later.
+
+    Each state or timer call is a round trip to the JVM's state server, so a session costs as few
+    as the state allows: its state read and written once per batch, and its timer replaced only
+    when it moves (known from the state, never listed)."""
 
     def __init__(self, spec: Sessions) -> None:
         self.spec = spec
@@ -160,31 +174,33 @@ class SessionProcessor(StatefulProcessor):
         self.handle = handle
         self.state = handle.getValueState(STATE_NAME, state_schema(self.spec))
 
-    def _reset_timer(self, at_ms: int) -> None:
-        for timer in self.handle.listTimers():
-            self.handle.deleteTimer(timer)
-        self.handle.registerTimer(at_ms)
-
     def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: TimerValues) -> Iterator[Row]:
-        session = SessionState.from_tuple(self.state.get() if self.state.exists() else None, self.spec)
+        held = self.state.get()
+        session = SessionState.from_tuple(held, self.spec)
+        timer = None if held is None else session.timer_ms(self.gap_ms)
         session.fold((row.asDict() for row in rows), self.spec)
         session.timed_out = False          # an event reopens a session that had timed out
         self.state.update(session.as_tuple())
-        assert session.last_ms is not None
-        self._reset_timer(session.last_ms + self.gap_ms)
+        if session.timer_ms(self.gap_ms) != timer:
+            if timer is not None:
+                self.handle.deleteTimer(timer)
+            self.handle.registerTimer(session.timer_ms(self.gap_ms))
         yield Row(**session.output(key[0], self.spec))
 
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
                            expiredTimerInfo: ExpiredTimerInfo) -> Iterator[Row]:
-        if not self.state.exists():
+        held = self.state.get()
+        if held is None:
             return
-        session = SessionState.from_tuple(self.state.get(), self.spec)
+        session = SessionState.from_tuple(held, self.spec)
+        if expiredTimerInfo.getExpiryTimeInMs() != session.timer_ms(self.gap_ms):
+            return                          # not the state's timer: only its own one acts
         if session.label() != ACTIVE:       # closed a gap ago: no late event can reach it now
             self.state.clear()
             return
         session.timed_out = True
         self.state.update(session.as_tuple())
-        self.handle.registerTimer(expiredTimerInfo.getExpiryTimeInMs() + self.gap_ms)
+        self.handle.registerTimer(session.timer_ms(self.gap_ms))
         yield Row(**session.output(key[0], self.spec))
 
     def close(self) -> None:
