@@ -32,6 +32,12 @@ BASE_CONF = {
     # times slower than the same expressions evaluated stage by stage. Spark's documented setting
     # for HotSpot.
     "spark.sql.codegen.hugeMethodLimit": "8000",
+    # Spark keeps 100 compiled classes (generated code) by default. A micro-batch of the ingest
+    # runs more distinct plans than that (the parse, each write, Delta's statistics, log replays
+    # and commits), so every batch evicted and recompiled them, and HotSpot's C2 compiler
+    # JIT-compiled each new class again: as much CPU as the tasks themselves, batch after batch
+    # (docs/performance.md). With room for them, a stream's code is compiled once.
+    "spark.sql.codegen.cache.maxEntries": "2000",
     # Delta rebuilds a table's state (a Spark job) around every commit, in 50 tasks by default —
     # sized for tables of millions of files. A stream commits small batches several times a
     # micro-batch: a few tasks per core are plenty, and 50 cost each commit seconds on two cores.
@@ -106,8 +112,6 @@ def build_session(app_name: str, *, master: str | None = None,
 def register_functions(spark: SparkSession) -> None:
     """Weir's own SQL functions (compiled from infra/jvm by `make setup`), which the shared
     transforms call by name."""
-    from spark_jobs.landing import LandingDataSource
     from spark_jobs.transforms import JSON_LINE_REASON
 
     spark.udf.registerJavaFunction(JSON_LINE_REASON, "weir.JsonLineReason", "string")
-    spark.dataSource.register(LandingDataSource)

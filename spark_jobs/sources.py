@@ -40,14 +40,13 @@ def _files(spark: SparkSession, pipeline: Pipeline, home: WeirHome, source: File
     landing_dir = home.landing(pipeline.name)
     landing_dir.mkdir(parents=True, exist_ok=True)
     manifest = landing_manifest.manifest_dir(checkpoint_location(home, pipeline, "ingest"))
-    reader = (spark.readStream.format(landing.NAME)
-              .option("manifest", str(manifest))
-              .option("maxBytesPerTrigger", str(source.max_bytes_per_trigger))
-              .option("maxBytesPerPartition", str(source.max_bytes_per_partition)))
+    options = {"path": str(landing_dir), "manifest": str(manifest),
+               "maxBytesPerTrigger": str(source.max_bytes_per_trigger),
+               "maxBytesPerPartition": str(source.max_bytes_per_partition)}
     if source.max_files_per_trigger:
-        reader = reader.option("maxFilesPerTrigger", str(source.max_files_per_trigger))
-    return bronze_columns(reader.load(str(landing_dir)), value=F.col("value"), source=F.col("source"),
-                          position=F.col("position"), raw_bytes=F.col("raw"))
+        options["maxFilesPerTrigger"] = str(source.max_files_per_trigger)
+    return bronze_columns(landing.read_stream(spark, options), value=F.col("value"),
+                          source=F.col("source"), position=F.col("position"), raw_bytes=F.col("raw"))
 
 
 def _kafka(spark: SparkSession, pipeline: Pipeline, home: WeirHome, source: KafkaSource) -> DataFrame:

@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
 
@@ -63,7 +63,6 @@ if TYPE_CHECKING:
     from spark_jobs.control.heartbeat import DriverMonitor
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 STOP_TIMEOUT_S = 60.0
 
 
@@ -138,7 +137,7 @@ class IngestBatch:
                     transforms.rejects(parsed), t.quarantine, transforms.BRONZE_KEY, prune=by_source,
                     fencing=token)
             run_concurrently(steps.timed(first), what=f"{p.name} ingest batch {batch_id}")
-            new = 0
+            new = read = 0
             if summary.dates:
                 # Derived from the cached batch as it is written, not materialised first: the
                 # keys looked up are the valid lines' (before the dedupe, so it runs once). An
@@ -146,22 +145,24 @@ class IngestBatch:
                 # partition's keys are read.
                 rows = transforms.silver(parsed, read_dimension(parsed.sparkSession, t), p)
                 keys = transforms.valid(parsed).select(p.key)
-                new = steps.time("silver", lambda: insert_absent(rows, t.silver, (p.key,), keys=keys,
-                                                                 fencing=token)).rows
+                inserted = steps.time("silver", lambda: insert_absent(rows, t.silver, (p.key,), keys=keys,
+                                                                      fencing=token))
+                new, read = inserted.rows, inserted.files_read
             # A write the fencing token made Delta skip (a newer holder committed) is loud here,
             # before Spark records the batch as done.
             fence(p.name)
             log.info("%s ingest batch %d: %d source(s), %d reject(s), %d new event(s) under %d date(s) "
-                     "written in %.1fs (%s)", p.name, batch_id, len(summary.sources), summary.rejects,
-                     new, len(summary.dates), steps.elapsed(), steps)
+                     "(silver's keys read from %d file(s)) written in %.1fs (%s)", p.name, batch_id,
+                     len(summary.sources), summary.rejects, new, len(summary.dates), read,
+                     steps.elapsed(), steps)
         finally:
             parsed.unpersist()
 
 
-def run_concurrently(actions: dict[str, Callable[[], T]], *, what: str) -> dict[str, T]:
+def run_concurrently(actions: dict[str, Callable[[], object]], *, what: str) -> None:
     """Run independent Spark actions on their own threads (their jobs, Delta commits and planning
-    overlap instead of queueing) and return their results by name. The first failure is raised
-    once every action has ended, so none is left writing behind a failed batch."""
+    overlap instead of queueing). The first failure is raised once every action has ended, so none
+    is left writing behind a failed batch."""
     with ThreadPoolExecutor(max_workers=len(actions), thread_name_prefix="weir-write") as pool:
         futures = {name: pool.submit(action) for name, action in actions.items()}
     failed = [(name, f.exception()) for name, f in futures.items() if f.exception() is not None]
@@ -169,7 +170,6 @@ def run_concurrently(actions: dict[str, Callable[[], T]], *, what: str) -> dict[
         log.error("%s: %s failed too: %s", what, name, err)
     if failed:
         raise failed[0][1]  # type: ignore[misc]
-    return {name: f.result() for name, f in futures.items()}
 
 
 class GoldBatch:

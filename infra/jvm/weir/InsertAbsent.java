@@ -64,7 +64,7 @@ public final class InsertAbsent {
     }
     // what is read is registered with the transaction: a concurrent change to it conflicts
     Seq<AddFile> files = prune == null ? txn.filterFiles()
-        : txn.filterFiles(conjuncts(spark, path, prune), false);
+        : txn.filterFiles(conjuncts(log, txn, prune), false);
     Column[] keys = Arrays.stream(key).map(functions::col).toArray(Column[]::new);
     Dataset<Row> held = log.createDataFrame(txn.snapshot(), files, false, Option.empty())
         .select(keys)
@@ -91,10 +91,12 @@ public final class InsertAbsent {
     return new long[] {inserted, files.size()};
   }
 
-  /** {@code prune}, resolved against the table's columns, split at its top-level ANDs. */
-  private static Seq<Expression> conjuncts(SparkSession spark, String path, String prune) {
+  /** {@code prune}, resolved against the columns of the transaction's snapshot (a frame of no
+   * files: only its schema is needed), split at its top-level ANDs. */
+  private static Seq<Expression> conjuncts(DeltaLog log, OptimisticTransaction txn, String prune) {
+    Seq<AddFile> none = CollectionConverters.asScala(List.<AddFile>of()).toList();
     org.apache.spark.sql.classic.Dataset<Row> pruned = (org.apache.spark.sql.classic.Dataset<Row>)
-        spark.read().format("delta").load(path).alias("t").where(prune);
+        log.createDataFrame(txn.snapshot(), none, false, Option.empty()).alias("t").where(prune);
     Expression condition = ((Filter) pruned.queryExecution().analyzed()).condition();
     List<Expression> parts = new ArrayList<>();
     split(condition, parts);
