@@ -26,7 +26,7 @@ side, the `LandingPlanner` it calls through py4j (`read_stream` wires the two):
   first byte lies in ``[a, b)``. A task fails when a file's size or modification time is not the
   manifest's any more (changed after discovery) rather than emit a mix.
 
-Rows (`SCHEMA`)::
+Rows (`LandingSource.SCHEMA`)::
 
     source   string  not null  file URI + '#' + first 12 hex chars of the file's blake2b digest
     position bigint  not null  byte offset of the line's first byte in the file (the first line
@@ -51,8 +51,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
-
 from spark_jobs.landing_manifest import (
     FileEntry,
     LandingError,
@@ -68,14 +66,6 @@ if TYPE_CHECKING:
 JVM_SOURCE = "weir.LandingSource"
 DEFAULT_MAX_BYTES_PER_TRIGGER = 128 << 20
 DEFAULT_MAX_BYTES_PER_PARTITION = 16 << 20
-
-SCHEMA = StructType([
-    StructField("source", StringType(), False),
-    StructField("position", LongType(), False),
-    StructField("value", StringType(), True),
-    StructField("raw", BinaryType(), True),
-])
-
 
 @dataclass(frozen=True)
 class FileRange:
@@ -219,7 +209,7 @@ class LandingPlanner:
 
 
 def read_stream(spark: SparkSession, options: Mapping[str, str]) -> DataFrame:
-    """The landing folder `options["path"]` as a stream of lines (`SCHEMA`), planned by a
+    """The landing folder `options["path"]` as a stream of lines (the rows above), planned by a
     `LandingPlanner` over `options` (`path`, `manifest`, and optionally `maxBytesPerTrigger`,
     `maxBytesPerPartition`, `maxFilesPerTrigger`)."""
     from pyspark.java_gateway import ensure_callback_server_started
