@@ -151,9 +151,10 @@ def input_columns(spec: Sessions) -> list[str]:
 
 def _events(silver: DataFrame, pipeline: Pipeline) -> DataFrame:
     spec = _spec(pipeline)
-    # the event time as epoch milliseconds only: a timestamp column would cost a Python datetime
-    # per event on its way to the state function, which never reads one
-    return silver.select(spec.key, *input_columns(spec),
+    # The event-time column stays although the state function reads only `event_ms`: the stream's
+    # watermark is defined on it, and without it the stateful operator no longer drops events
+    # behind the watermark (a late event then reopened and closed a session in the same batch).
+    return silver.select(spec.key, pipeline.event_time, *input_columns(spec),
                          F.unix_millis(pipeline.event_time).alias("event_ms"))
 
 
