@@ -178,14 +178,15 @@ class SessionProcessor(StatefulProcessor):
     def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: TimerValues) -> Iterator[Row]:
         held = self.state.get()
         session = SessionState.from_tuple(held, self.spec)
-        timer = None if held is None else session.timer_ms(self.gap_ms)
+        held_timer = None if held is None else session.timer_ms(self.gap_ms)
         session.fold((row.asDict() for row in rows), self.spec)
         session.timed_out = False          # an event reopens a session that had timed out
         self.state.update(session.as_tuple())
-        if session.timer_ms(self.gap_ms) != timer:
-            if timer is not None:
-                self.handle.deleteTimer(timer)
-            self.handle.registerTimer(session.timer_ms(self.gap_ms))
+        timer = session.timer_ms(self.gap_ms)
+        if timer != held_timer:
+            if held_timer is not None:
+                self.handle.deleteTimer(held_timer)
+            self.handle.registerTimer(timer)
         yield Row(**session.output(key[0], self.spec))
 
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
