@@ -22,7 +22,7 @@ from spark_jobs.control.backends import backend_for
 from spark_jobs.control.driver import VENV_PYTHON, LaunchRecord, cluster_driver_env, driver_environment, spawn
 from spark_jobs.home import WeirHome
 from spark_jobs.jars import resolved_jars
-from spark_jobs.session import yarn_conf
+from spark_jobs.session import jvm_conf, yarn_conf
 
 DEFAULT_MASTER = "local[*]"
 
@@ -42,6 +42,7 @@ class WeirSparkSubmitHook(SparkSubmitHook):
         kwargs.setdefault("spark_binary", str(VENV_PYTHON.parent / "spark-submit"))
         kwargs.setdefault("jars", ",".join(resolved_jars()))
         super().__init__(conn_id=conn_id, **kwargs)
+        self._conf = {**jvm_conf(), **self._conf}    # the caller's settings win
         if self._is_yarn:
             self._for_yarn()
 

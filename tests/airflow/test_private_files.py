@@ -19,6 +19,7 @@ import pytest
 from spark_jobs.control.driver import kill_launch, read_launch, spawn
 from spark_jobs.control.store import LAUNCH, FileStore
 from spark_jobs.home import REPO_ROOT, WeirHome
+from spark_jobs.session import JVM_OPTIONS
 from tests.airflow.supervision_harness import LOCAL_MASTER
 
 pytestmark = pytest.mark.airflow
@@ -130,6 +131,9 @@ def test_no_secret_on_the_launched_drivers_command_line(home: WeirHome, tmp_path
     # The secret reached Spark intact, through the private properties file.
     assert f"SECRET-SHA256 {hashlib.sha256(secret.encode()).hexdigest()}" in text, text[-3000:]
     assert any("SparkSubmit" in line for line in seen), "the JVM was never seen running"
+    # The driver JVM got Weir's JVM options on its command line (`session.jvm_conf`), as a session
+    # builder cannot give them to a JVM that spark-submit already started.
+    assert any("SparkSubmit" in line and JVM_OPTIONS in line for line in seen), seen
     for value in (secret, "S3cr", kafka_password, spark_password):
         assert not [line for line in seen if value in line], f"{value!r} on a command line"
         assert value not in " ".join(read_launch(home, "playback").command)
