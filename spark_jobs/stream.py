@@ -45,6 +45,7 @@ from spark_jobs.quality import rules as row_rules
 from spark_jobs.session import build_session
 from spark_jobs.tables import (
     Fencing,
+    Inserted,
     append_new,
     in_list,
     insert_absent,
@@ -100,8 +101,8 @@ class IngestBatch:
 
     One aggregate over the parsed batch gives its sources, rejects, event dates and row-rule
     counts; a `fail` rule (`spark_jobs.quality.rules`) stops the batch there, before any write.
-    Each write is idempotent by record identity on its own, so bronze and quarantine are written
-    concurrently; silver is written after bronze (see below)."""
+    Each write is idempotent by record identity on its own, so bronze, quarantine and silver are
+    written concurrently (see below)."""
 
     def __init__(self, pipeline: Pipeline, tables: PipelineTables) -> None:
         self.pipeline = pipeline
@@ -124,20 +125,19 @@ class IngestBatch:
             # source, at its position. Delta's file statistics skip every other file, so the
             # dedupe reads what the batch's lines could collide with, not the whole history.
             by_source = key_ranges("source", "position", summary.positions)
-            # Bronze before silver: the back-fill re-derives silver from bronze, so a silver row
-            # committed ahead of its bronze row could be erased by a back-fill reading bronze in
-            # between. Quarantine does not depend on bronze.
-            first = {"bronze": lambda: append_new(transforms.bronze_rows(parsed, p), t.bronze,
-                                                  transforms.BRONZE_KEY, prune=by_source,
-                                                  fencing=token)}
+            # Bronze, quarantine and silver side by side: each is idempotent by record identity
+            # on its own, and none waits for another. A back-fill beside the stream deletes a
+            # silver row only if it read that row's line in bronze (`tables.reconcile`'s
+            # `owned`), so a silver row committed ahead of its bronze row is never one it erases.
+            writes: dict[str, Callable[[], object]] = {
+                "bronze": lambda: append_new(transforms.bronze_rows(parsed, p), t.bronze,
+                                             transforms.BRONZE_KEY, prune=by_source, fencing=token)}
             if summary.rejects:
                 # not a blind append: a back-fill may be inserting the same lines' rows (it reads
                 # bronze, which commits beside this), and a read of the keys conflicts with that
-                first["quarantine"] = lambda: insert_absent(
+                writes["quarantine"] = lambda: insert_absent(
                     transforms.rejects(parsed), t.quarantine, transforms.BRONZE_KEY, prune=by_source,
                     fencing=token)
-            run_concurrently(steps.timed(first), what=f"{p.name} ingest batch {batch_id}")
-            new = read = 0
             if summary.dates:
                 # Derived from the cached batch as it is written, not materialised first: the
                 # keys looked up are the valid lines' (before the dedupe, so it runs once). An
@@ -145,9 +145,11 @@ class IngestBatch:
                 # partition's keys are read.
                 rows = transforms.silver(parsed, read_dimension(parsed.sparkSession, t), p)
                 keys = transforms.valid(parsed).select(p.key)
-                inserted = steps.time("silver", lambda: insert_absent(rows, t.silver, (p.key,), keys=keys,
-                                                                      fencing=token))
-                new, read = inserted.rows, inserted.files_read
+                writes["silver"] = lambda: insert_absent(rows, t.silver, (p.key,), keys=keys,
+                                                         fencing=token)
+            done = run_concurrently(steps.timed(writes), what=f"{p.name} ingest batch {batch_id}")
+            inserted = done.get("silver")
+            new, read = (inserted.rows, inserted.files_read) if isinstance(inserted, Inserted) else (0, 0)
             # A write the fencing token made Delta skip (a newer holder committed) is loud here,
             # before Spark records the batch as done.
             fence(p.name)
@@ -159,10 +161,10 @@ class IngestBatch:
             parsed.unpersist()
 
 
-def run_concurrently(actions: dict[str, Callable[[], object]], *, what: str) -> None:
+def run_concurrently(actions: dict[str, Callable[[], object]], *, what: str) -> dict[str, object]:
     """Run independent Spark actions on their own threads (their jobs, Delta commits and planning
-    overlap instead of queueing). The first failure is raised once every action has ended, so none
-    is left writing behind a failed batch."""
+    overlap instead of queueing) and return their results by name. The first failure is raised
+    once every action has ended, so none is left writing behind a failed batch."""
     with ThreadPoolExecutor(max_workers=len(actions), thread_name_prefix="weir-write") as pool:
         futures = {name: pool.submit(action) for name, action in actions.items()}
     failed = [(name, f.exception()) for name, f in futures.items() if f.exception() is not None]
@@ -170,6 +172,7 @@ def run_concurrently(actions: dict[str, Callable[[], object]], *, what: str) -> 
         log.error("%s: %s failed too: %s", what, name, err)
     if failed:
         raise failed[0][1]  # type: ignore[misc]
+    return {name: f.result() for name, f in futures.items()}
 
 
 class GoldBatch:
