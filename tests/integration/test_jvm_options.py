@@ -1,5 +1,5 @@
 """Weir's JVMs run with `spark_jobs.session.JVM_OPTIONS`: the throughput collector and C2 inlining
-less deeply. On two cores G1 and C2's deep inlining cost the ingest a quarter of its time
+less deeply. On two cores G1 and C2's deep inlining took about a fifth of the ingest's time
 (docs/performance.md); these check that the options reach the JVM, not only the configuration."""
 
 from __future__ import annotations
