@@ -88,7 +88,8 @@ def yarn_conf(python: str) -> dict[str, str]:
     are `local:` (already on every node: nothing uploaded per submit); the driver and executors
     run `python`; one application attempt, because restarting a driver is the supervisor's
     decision (with its lease and restart budget), not YARN's behind its back; one small executor
-    by default (a submit's `spark_conf` overrides)."""
+    by default (a submit's `spark_conf` overrides). The JVMs' options are `jvm_conf`'s, as on
+    every master."""
     return {
         "spark.yarn.jars": f"local:{pyspark_jars()}/*",
         "spark.yarn.maxAppAttempts": "1",
@@ -96,7 +97,6 @@ def yarn_conf(python: str) -> dict[str, str]:
         "spark.pyspark.driver.python": python,
         "spark.executor.instances": "1",
         "spark.executor.memory": "1g",
-        **jvm_conf(),
     }
 
 
