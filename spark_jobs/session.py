@@ -60,9 +60,11 @@ BASE_CONF = {
     # read the whole of bronze. Whole identities make those statistics skip the files of other
     # sources (`tables.key_ranges`).
     "spark.databricks.io.skipping.stringPrefixLength": "1024",
-    "spark.driver.extraJavaOptions": f"{JVM_OPTIONS} -Dlog4j2.configurationFile="
-                                     f"file:{REPO_ROOT / 'infra' / 'spark' / 'log4j2.properties'}",
-    "spark.executor.extraJavaOptions": JVM_OPTIONS,
+    # Spark's options for a platform's defaults: it puts a JVM's `extraJavaOptions` after them, so a
+    # pipeline's own options add to Weir's (a later -XX or -D wins) instead of replacing them all.
+    "spark.driver.defaultJavaOptions": f"{JVM_OPTIONS} -Dlog4j2.configurationFile="
+                                       f"file:{REPO_ROOT / 'infra' / 'spark' / 'log4j2.properties'}",
+    "spark.executor.defaultJavaOptions": JVM_OPTIONS,
 }
 
 
@@ -103,8 +105,8 @@ def yarn_conf(python: str) -> dict[str, str]:
 def jvm_conf() -> dict[str, str]:
     """The JVMs' options, for a spark-submit: its driver JVM starts (in client mode on this host,
     in cluster mode in a container) before any session builder runs, so they go on its command."""
-    return {key: BASE_CONF[key] for key in ("spark.driver.extraJavaOptions",
-                                            "spark.executor.extraJavaOptions")}
+    return {key: BASE_CONF[key] for key in ("spark.driver.defaultJavaOptions",
+                                            "spark.executor.defaultJavaOptions")}
 
 
 def build_session(app_name: str, *, master: str | None = None,

@@ -20,6 +20,9 @@ TEST_CONF = {
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
     "spark.driver.memory": "2g",
+    # a setting of the driver's own, as a pipeline's configuration may carry one: it adds to Weir's
+    # JVM options and must not replace them (tests/integration/test_jvm_options.py)
+    "spark.driver.extraJavaOptions": "-Dweir.tests.own-option=kept",
 }
 
 

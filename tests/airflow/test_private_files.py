@@ -115,7 +115,8 @@ def test_no_secret_on_the_launched_drivers_command_line(home: WeirHome, tmp_path
     app = tmp_path / "app.py"
     app.write_text(APP)
     hook = WeirSparkSubmitHook(conn_id="spark_default", name="weir-secret-test",
-                               conf={"spark.hadoop.fs.s3a.secret.key": secret, "spark.ui.enabled": "false"})
+                               conf={"spark.hadoop.fs.s3a.secret.key": secret, "spark.ui.enabled": "false",
+                                     "spark.driver.extraJavaOptions": "-Dweir.pipeline.own=1"})
     record = hook.launch_detached(home, "playback", str(app))
     seen: list[str] = []
     log = Path(record.log_path)
@@ -132,8 +133,10 @@ def test_no_secret_on_the_launched_drivers_command_line(home: WeirHome, tmp_path
     assert f"SECRET-SHA256 {hashlib.sha256(secret.encode()).hexdigest()}" in text, text[-3000:]
     assert any("SparkSubmit" in line for line in seen), "the JVM was never seen running"
     # The driver JVM got Weir's JVM options on its command line (`session.jvm_conf`), as a session
-    # builder cannot give them to a JVM that spark-submit already started.
-    assert any("SparkSubmit" in line and JVM_OPTIONS in line for line in seen), seen
+    # builder cannot give them to a JVM that spark-submit already started; the pipeline's own
+    # driver options come after them, replacing none.
+    assert any("SparkSubmit" in line and f"{JVM_OPTIONS} " in line
+               and line.index(JVM_OPTIONS) < line.index("-Dweir.pipeline.own=1") for line in seen), seen
     for value in (secret, "S3cr", kafka_password, spark_password):
         assert not [line for line in seen if value in line], f"{value!r} on a command line"
         assert value not in " ".join(read_launch(home, "playback").command)

@@ -1,6 +1,8 @@
 """Weir's JVMs run with `spark_jobs.session.JVM_OPTIONS`: the throughput collector and C2 inlining
 less deeply. On two cores G1 and C2's deep inlining took about a fifth of the ingest's time
-(docs/performance.md); these check that the options reach the JVM, not only the configuration."""
+(docs/performance.md); these check that the options reach the JVM, not only the configuration.
+The test session sets a driver option of its own (`tests/conftest.py`), as a pipeline's Spark
+settings may: it comes after Weir's and replaces none of them."""
 
 from __future__ import annotations
 
@@ -18,3 +20,9 @@ def test_the_session_jvm_inlines_only_smaller_methods(spark) -> None:
     options = {name: str(diagnostic.getVMOption(name).getValue())
                for name in ("InlineSmallCode", "FreqInlineSize")}
     assert options == {"InlineSmallCode": "1000", "FreqInlineSize": "150"}, options
+
+
+def test_a_driver_option_of_the_sessions_own_is_added_to_weirs(spark) -> None:
+    system = spark._jvm.java.lang.System
+    assert str(system.getProperty("weir.tests.own-option")) == "kept"
+    assert str(system.getProperty("user.timezone")) == "UTC"
