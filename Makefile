@@ -10,8 +10,8 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
 .PHONY: setup demo test up bench lint clean cluster-services
 
-setup: $(VENV)/.installed .cache/jars/jars.txt .cache/kafka/installed.txt .cache/yarn/installed.txt \
-	cluster-services
+setup: $(VENV)/.installed .cache/jars/jars.txt .cache/jars/driver-classes.jsa .cache/kafka/installed.txt \
+	.cache/yarn/installed.txt cluster-services
 	infra/browser/install.sh
 
 $(VENV)/.installed: requirements.txt pyproject.toml
@@ -23,6 +23,10 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 .cache/jars/jars.txt: spark_jobs/jars.py $(wildcard infra/jvm/weir/*.java) $(VENV)/.installed
 	mkdir -p .cache/jars
 	$(PY) -m spark_jobs.jars
+
+# The classes a Weir driver loads, archived once for every driver JVM to map (class data sharing).
+.cache/jars/driver-classes.jsa: .cache/jars/jars.txt spark_jobs/class_archive.py
+	$(PY) -m spark_jobs.class_archive
 
 # The Kafka broker for tests and the Kafka profile (org.apache.kafka:kafka_2.13 via mvn).
 .cache/kafka/installed.txt: infra/kafka/pom.xml infra/kafka/broker.py $(VENV)/.installed

@@ -47,6 +47,12 @@ def cache_dir() -> Path:
     return settings().jar_cache
 
 
+def class_archive() -> Path:
+    """The class-data-sharing archive of a Weir driver's classes, kept beside the jars it was made
+    with (`python -m spark_jobs.class_archive`, run by `make setup`)."""
+    return cache_dir() / "driver-classes.jsa"
+
+
 def manifest_path() -> Path:
     """The list of resolved jar files that every session puts on `spark.jars`."""
     return cache_dir() / "jars.txt"

@@ -6,6 +6,8 @@ settings may: it comes after Weir's and replaces none of them."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 def test_the_session_jvm_collects_with_the_parallel_collector(spark) -> None:
     beans = spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
@@ -26,3 +28,14 @@ def test_a_driver_option_of_the_sessions_own_is_added_to_weirs(spark) -> None:
     system = spark._jvm.java.lang.System
     assert str(system.getProperty("weir.tests.own-option")) == "kept"
     assert str(system.getProperty("user.timezone")) == "UTC"
+
+
+def test_the_session_jvm_maps_the_class_archive_make_setup_recorded(spark) -> None:
+    from spark_jobs.jars import class_archive
+
+    archive = class_archive()
+    assert archive.is_file(), f"{archive} missing: `make setup` records it"
+    pid = spark._jvm.java.lang.ProcessHandle.current().pid()
+    # A JVM that cannot use the archive (other jars, another JDK) unmaps it and loads every class
+    # from the jars: only a mapped archive is one in use.
+    assert str(archive) in Path(f"/proc/{pid}/maps").read_text()

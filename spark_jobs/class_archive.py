@@ -1,0 +1,69 @@
+"""`python -m spark_jobs.class_archive` (run by `make setup`): the class-data-sharing archive of a
+Weir driver, which every driver JVM then maps at its start (`session.driver_java_options`).
+
+A JVM parses, verifies and links each class it loads from its jars, and a Spark driver loads
+tens of thousands before its first batch. HotSpot can record the classes a run loaded into an
+archive as the JVM exits (`-XX:ArchiveClassesAtExit`), and a later JVM with the same JDK and
+class path maps them ready-made. The run recorded here is a real driver, `weir run playback
+--once` over two small generated landing files in a home of its own, so the archive holds what a
+driver loads: the session, the landing reader, Delta's reads, writes and MERGE, the three queries.
+
+The JVM writes the archive under a temporary name; it is renamed into place only once the run
+ended well, so a driver never maps a partial one. The archive belongs to the jars beside it: a
+JVM with other jars, another JDK or another class path starts without it (and loses only the
+time the archive saves)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from spark_jobs.generator import generate
+from spark_jobs.home import WeirHome
+from spark_jobs.jars import class_archive
+
+PIPELINE = "playback"
+
+
+def record(target: Path) -> Path:
+    """Run a driver that records its classes, and put the archive at `target`."""
+    partial = target.with_name(f"{target.name}.partial")
+    # The recording driver must not map the archive it replaces (a JVM writes a dynamic archive
+    # only on top of the JDK's own).
+    target.unlink(missing_ok=True)
+    partial.unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory(prefix="weir-class-archive-") as tmp:
+        home = WeirHome(Path(tmp))
+        generate(home.landing(PIPELINE), files=2, sessions_per_file=6, seed=1)
+        # Only the jar cache of the environment: the recording is a local driver whatever master,
+        # control store or Kafka the caller's WEIR_* variables name.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("WEIR_") or k == "WEIR_JAR_CACHE"}
+        env.update(WEIR_HOME=str(home.root), JAVA_TOOL_OPTIONS=f"-XX:ArchiveClassesAtExit={partial}")
+        run = subprocess.run([sys.executable, "-m", "spark_jobs.cli", "run", PIPELINE, "--once"],
+                             env=env, capture_output=True, text=True)
+    if run.returncode != 0 or not partial.is_file():
+        partial.unlink(missing_ok=True)
+        tail = "\n".join((run.stdout + run.stderr).splitlines()[-20:])
+        raise RuntimeError(f"the recording driver failed (exit {run.returncode}):\n{tail}")
+    partial.replace(target)
+    return target
+
+
+def main() -> int:
+    console = Console()
+    started = time.monotonic()
+    with console.status("Recording a Weir driver's classes for class data sharing (about a minute)"):
+        archive = record(class_archive())
+    console.print(f"class archive {archive} ({archive.stat().st_size / 2**20:.0f} MB) "
+                  f"recorded in {time.monotonic() - started:.0f} s", soft_wrap=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
