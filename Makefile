@@ -25,7 +25,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PY) -m spark_jobs.jars
 
 # The classes a Weir driver loads, archived once for every driver JVM to map (class data sharing).
-.cache/jars/driver-classes.jsa: .cache/jars/jars.txt spark_jobs/class_archive.py
+.cache/jars/driver-classes.jsa: .cache/jars/jars.txt $(VENV)/.installed spark_jobs/class_archive.py
 	$(PY) -m spark_jobs.class_archive
 
 # The Kafka broker for tests and the Kafka profile (org.apache.kafka:kafka_2.13 via mvn).

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from spark_jobs.jars import class_archive
+
 
 def test_the_session_jvm_collects_with_the_parallel_collector(spark) -> None:
     beans = spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
@@ -31,8 +33,6 @@ def test_a_driver_option_of_the_sessions_own_is_added_to_weirs(spark) -> None:
 
 
 def test_the_session_jvm_maps_the_class_archive_make_setup_recorded(spark) -> None:
-    from spark_jobs.jars import class_archive
-
     archive = class_archive()
     assert archive.is_file(), f"{archive} missing: `make setup` records it"
     pid = spark._jvm.java.lang.ProcessHandle.current().pid()
