@@ -11,11 +11,13 @@ driver loads: the session, the landing reader, Delta's reads, writes and MERGE, 
 The JVM writes the archive under a temporary name; it is renamed into place only once the run
 ended well, so a driver never maps a partial one. The archive belongs to the jars beside it: a
 JVM with other jars, another JDK or another class path starts without it (and loses only the
-time the archive saves)."""
+time the archive saves). So it is recorded again only when what it was made with changed (the
+stamp beside it: Weir's jars, pyspark's, the JDK), not at every `make setup`."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,7 +28,8 @@ from rich.console import Console
 
 from spark_jobs.generator import generate
 from spark_jobs.home import WeirHome
-from spark_jobs.jars import class_archive
+from spark_jobs.jars import class_archive, manifest_path
+from spark_jobs.session import pyspark_jars
 
 PIPELINE = "playback"
 
@@ -55,11 +58,25 @@ def record(target: Path) -> Path:
     return target
 
 
+def made_with() -> str:
+    """What an archive depends on: the jars a driver loads (Weir's manifest, pyspark's jars) and
+    the JDK that maps it."""
+    java = shutil.which("java")
+    jdk = str(Path(java).resolve()) if java else "no java on PATH"
+    return "\n".join([manifest_path().read_text(), *sorted(p.name for p in pyspark_jars().iterdir()), jdk])
+
+
 def main() -> int:
     console = Console()
+    archive, stamp = class_archive(), class_archive().with_suffix(".txt")
+    wanted = made_with()
+    if archive.is_file() and stamp.is_file() and stamp.read_text() == wanted:
+        console.print(f"class archive {archive} is current")
+        return 0
     started = time.monotonic()
     with console.status("Recording a Weir driver's classes for class data sharing (about a minute)"):
-        archive = record(class_archive())
+        record(archive)
+    stamp.write_text(wanted)
     console.print(f"class archive {archive} ({archive.stat().st_size / 2**20:.0f} MB) "
                   f"recorded in {time.monotonic() - started:.0f} s", soft_wrap=True)
     return 0
