@@ -16,6 +16,7 @@ stamp beside it: Weir's jars, pyspark's, the JDK), not at every `make setup`."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -59,11 +60,13 @@ def record(target: Path) -> Path:
 
 
 def made_with() -> str:
-    """What an archive depends on: the jars a driver loads (Weir's manifest, pyspark's jars) and
-    the JDK that maps it."""
+    """What an archive depends on: the jars a driver loads (Weir's manifest, pyspark's jars), the
+    JDK that maps it, and the recording run (this module)."""
     java = shutil.which("java")
     jdk = str(Path(java).resolve()) if java else "no java on PATH"
-    return "\n".join([manifest_path().read_text(), *sorted(p.name for p in pyspark_jars().iterdir()), jdk])
+    recording = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+    return "\n".join([manifest_path().read_text(), *sorted(p.name for p in pyspark_jars().iterdir()),
+                      jdk, recording])
 
 
 def main() -> int:
