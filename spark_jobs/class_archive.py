@@ -63,7 +63,10 @@ def made_with() -> str:
     """What an archive depends on: the jars a driver loads (Weir's manifest, pyspark's jars), the
     JDK that maps it, and the recording run (this module)."""
     java = shutil.which("java")
-    jdk = str(Path(java).resolve()) if java else "no java on PATH"
+    jdk = "no java on PATH"
+    if java:
+        release = Path(java).resolve().parents[1] / "release"   # the JDK's build, updated in place
+        jdk = f"{Path(java).resolve()}\n{release.read_text() if release.is_file() else ''}"
     recording = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
     return "\n".join([manifest_path().read_text(), *sorted(p.name for p in pyspark_jars().iterdir()),
                       jdk, recording])
@@ -77,8 +80,12 @@ def main() -> int:
         console.print(f"class archive {archive} is current")
         return 0
     started = time.monotonic()
-    with console.status("Recording a Weir driver's classes for class data sharing (about a minute)"):
-        record(archive)
+    try:
+        with console.status("Recording a Weir driver's classes for class data sharing (about a minute)"):
+            record(archive)
+    except RuntimeError as err:
+        console.print(f"class archive not recorded: {err}", soft_wrap=True, markup=False)
+        return 1
     stamp.write_text(wanted)
     console.print(f"class archive {archive} ({archive.stat().st_size / 2**20:.0f} MB) "
                   f"recorded in {time.monotonic() - started:.0f} s", soft_wrap=True)
