@@ -65,8 +65,9 @@ def made_with() -> str:
     java = shutil.which("java")
     jdk = "no java on PATH"
     if java:
-        release = Path(java).resolve().parents[1] / "release"   # the JDK's build, updated in place
-        jdk = f"{Path(java).resolve()}\n{release.read_text() if release.is_file() else ''}"
+        binary = Path(java).resolve()
+        release = binary.parents[1] / "release"   # the JDK's build, updated in place
+        jdk = f"{binary}\n{release.read_text() if release.is_file() else ''}"
     recording = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
     return "\n".join([manifest_path().read_text(), *sorted(p.name for p in pyspark_jars().iterdir()),
                       jdk, recording])
@@ -74,7 +75,8 @@ def made_with() -> str:
 
 def main() -> int:
     console = Console()
-    archive, stamp = class_archive(), class_archive().with_suffix(".txt")
+    archive = class_archive()
+    stamp = archive.with_suffix(".txt")
     wanted = made_with()
     if archive.is_file() and stamp.is_file() and stamp.read_text() == wanted:
         console.print(f"class archive {archive} is current")
