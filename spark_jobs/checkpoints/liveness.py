@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spark_jobs.control import lease
+from spark_jobs.control.store import LEASE, control_store
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from spark_jobs.home import WeirHome
 
 log = logging.getLogger(__name__)
@@ -24,7 +23,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class LiveLease:
-    file: Path
+    where: str           # the store's description of the lease, or a stray file's path
     pid: int
     host: str
 
@@ -39,23 +38,20 @@ def running_driver(home: WeirHome, pipeline: str) -> str | None:
 
 
 def live_leases(home: WeirHome, pipeline: str) -> list[LiveLease]:
-    """Every lease-like file under the pipeline's control folder whose holder is alive, as the
-    control plane judges a lease: the lease itself and any stray `*lease*.json` copy."""
+    """Every live lease of the pipeline, as the control plane judges a lease: the lease in the
+    control store and any stray `*lease*.json` copy under the pipeline's control folder."""
 
-    folder = home.control(pipeline)
-    if not folder.is_dir():
-        return []
-    official = lease.lease_path(home, pipeline)
     found: list[LiveLease] = []
-    for path in sorted(folder.glob("*lease*.json")):
+    record = lease.holder(home, pipeline)
+    if record is not None:
+        found.append(LiveLease(control_store(home).describe(pipeline, LEASE), record.pid,
+                               record.host))
+    folder = home.control(pipeline)
+    for path in sorted(folder.glob("*lease*.json")) if folder.is_dir() else ():
         try:
-            record = lease.LeaseRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
+            copy = lease.LeaseRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if path == official:
-            alive = lease.holder(home, pipeline) is not None
-        else:
-            alive = not lease.is_stale(record)  # the control plane's one judgement, on the copy
-        if alive:
-            found.append(LiveLease(path, record.pid, record.host))
+        if not lease.is_stale(copy):  # the control plane's one judgement, on the copy
+            found.append(LiveLease(str(path), copy.pid, copy.host))
     return found

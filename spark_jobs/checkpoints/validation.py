@@ -149,7 +149,8 @@ def validate(home: WeirHome, pipeline: Pipeline) -> dict[str, object]:
     leases = live_leases(home, pipeline.name)
     if len(leases) > 1:
         for lease in leases:
-            problems.append(Problem("error", None, str(lease.file.relative_to(root)),
+            where = lease.where.removeprefix(f"{root}/")
+            problems.append(Problem("error", None, where,
                                     f"more than one live lease: pid {lease.pid} on {lease.host}"))
     errors = [p for p in problems if p.severity == "error"]
     log.info("%s checkpoint: %d error(s), %d warning(s)", pipeline.name, len(errors),

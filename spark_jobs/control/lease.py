@@ -2,10 +2,12 @@
 
 A driver takes the lease before it starts a query, renews it while it runs (a keep-alive thread of
 `Lease`) and gives it back when it stops. The lease lives in the control store
-(`spark_jobs.control.store`: `control/<P>/lease.json` under an exclusive `flock`, or a row of
-PostgreSQL's `weir_control.leases` held `FOR UPDATE`); taking and renewing happen inside the
-store's exclusive section, so two drivers starting together cannot both win, on one host or many.
-Every acquisition gets the next fencing token (a counter the store keeps, never reused).
+(`spark_jobs.control.store`: versions under `control/<P>/lease/`, or a row of PostgreSQL's
+`weir_control.leases`). Every change (take, renew, give back) is decided on the lease as read and
+written by compare-and-swap (`_change`): of two drivers starting together only one can write, and
+the other decides again on what the winner wrote, on one host or many; no lock is held, so a
+holder paused in the middle of a change blocks no one else's. Every acquisition gets the next
+fencing token (a counter the store keeps, never reused).
 Whether a holder still counts is judged once, in `spark_jobs.control.liveness`: a lease may be
 taken over once its holder is provably gone on this host or its own renewal is older than the
 TTL. A holder that was paused past the TTL may wake up after a take-over: `Lease.check` (called
@@ -21,9 +23,10 @@ import datetime as dt
 import logging
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from spark_jobs.control.liveness import Liveness, holder_may_commit, judge, lease_ttl_s
 from spark_jobs.control.processes import ProcessRef
@@ -31,6 +34,7 @@ from spark_jobs.control.store import (  # noqa: F401  (read_json, write_json_ato
     HEARTBEAT,
     ControlStore,
     FileStore,
+    LeaseSlot,
     control_store,
     read_json,
     write_json_atomically,
@@ -100,17 +104,29 @@ class LeaseRecord:
                    data.get("renewed_at"), data.get("holder") or "driver")
 
 
-# Where the file store keeps them (the embedded default; tests and runbooks name the files).
-def lease_path(home: WeirHome, pipeline: str) -> Path:
-    return FileStore(home).lease_path(pipeline)
-
-
 def heartbeat_path(home: WeirHome, pipeline: str) -> Path:
+    """Where the file store keeps the heartbeat (the embedded default; tests and runbooks name it)."""
     return FileStore(home).path(pipeline, HEARTBEAT)
 
 
 def _record(data: dict[str, Any] | None) -> LeaseRecord | None:
     return LeaseRecord.from_json(data) if data else None
+
+
+T = TypeVar("T")
+
+
+def _change(store: ControlStore, pipeline: str, decide: Callable[[LeaseSlot], T]) -> T:
+    """Read the lease, let `decide` stage a change on what it read (or raise), and write it by
+    compare-and-swap; when another change was written meanwhile, decide again on that one. Each
+    round reads afresh, so `decide` sees only what the store holds."""
+    while True:
+        slot = store.lease_slot(pipeline)
+        outcome = decide(slot)
+        if not slot.changed or store.swap_lease(pipeline, slot):
+            return outcome
+        log.info("%s: the lease changed while this change was decided (version %d); deciding "
+                 "again", pipeline, slot.version)
 
 
 def read(home: WeirHome, pipeline: str) -> LeaseRecord | None:
@@ -211,11 +227,12 @@ class Lease:
     def renew(self) -> None:
         """Push the lease's renewal time forward (only while it is still ours and unexpired: a
         holder that woke up after its TTL never resurrects its lease)."""
-        with self.store.lease_slot(self.pipeline) as slot:
-            current = self._verify(_record(slot.current))
-            renewed = replace(current, renewed_at=iso(now_utc()))
+        def renewal(slot: LeaseSlot) -> LeaseRecord:
+            renewed = replace(self._verify(_record(slot.current)), renewed_at=iso(now_utc()))
             slot.put(asdict(renewed))
-        self.record = renewed
+            return renewed
+
+        self.record = _change(self.store, self.pipeline, renewal)
 
     def _renew_loop(self) -> None:
         every_s = min(5.0, self.ttl_s / 6)
@@ -231,11 +248,15 @@ class Lease:
         self._released.set()
         if _held.get(self.pipeline) is self:
             del _held[self.pipeline]
-        with self.store.lease_slot(self.pipeline) as slot:
+        def give_back(slot: LeaseSlot) -> bool:
             current = _record(slot.current)
-            if current is not None and current.token == self.token:
-                slot.clear()
-                log.info("%s lease released by pid %d", self.pipeline, self.record.pid)
+            if current is None or current.token != self.token:
+                return False
+            slot.clear()
+            return True
+
+        if _change(self.store, self.pipeline, give_back):
+            log.info("%s lease released by pid %d", self.pipeline, self.record.pid)
 
     def __enter__(self) -> Lease:
         return self
@@ -252,7 +273,8 @@ def acquire(home: WeirHome, pipeline: str, ttl_s: float | None = None, *,
     highest the pipeline's tables carry: a lost fencing counter must not make the next driver's
     commits older than its predecessors', which Delta would skip)."""
     me = ProcessRef.current()
-    with control_store(home).lease_slot(pipeline) as slot:
+
+    def take(slot: LeaseSlot) -> LeaseRecord:
         current = _record(slot.current)
         last_token = max(used_tokens, slot.last_fencing_token)
         if current is not None:
@@ -271,6 +293,9 @@ def acquire(home: WeirHome, pipeline: str, ttl_s: float | None = None, *,
         record = LeaseRecord(pipeline, me.pid, me.host, me.start_ticks, uuid.uuid4().hex, now,
                              last_token + 1, now, holder)
         slot.put(asdict(record))
+        return record
+
+    record = _change(control_store(home), pipeline, take)
     log.info("%s lease taken by pid %d on %s (fencing token %d)", pipeline, me.pid, me.host,
              record.fencing_token)
     lease = Lease(home, record, ttl_s)
@@ -282,9 +307,11 @@ def acquire(home: WeirHome, pipeline: str, ttl_s: float | None = None, *,
 def clear_stale(home: WeirHome, pipeline: str, ttl_s: float | None = None) -> LeaseRecord | None:
     """Remove the lease of a holder that is gone or expired (supervisor clean-up); returns what
     was removed. The fencing counter stays, so the next holder's token is still higher."""
-    with control_store(home).lease_slot(pipeline) as slot:
+    def clear(slot: LeaseSlot) -> LeaseRecord | None:
         current = _record(slot.current)
         if current is None or not is_stale(current, ttl_s):
             return None
         slot.clear()
         return current
+
+    return _change(control_store(home), pipeline, clear)

@@ -2,17 +2,23 @@
 
 The control state is the driver's lease (with its fencing counter), its heartbeat, stop requests,
 the supervisor's state and the stopped marker. `FileStore` keeps them as JSON files under
-`WEIR_HOME/control/<P>/`, the lease guarded by `flock` (the embedded default: one host or one
-shared POSIX filesystem). `PostgresStore` keeps them in a PostgreSQL database (schema
-`weir_control`), so drivers and Airflow workers on hosts that share no filesystem see one state;
-the lease row is changed only inside a transaction that holds it `SELECT ... FOR UPDATE`.
-`control_store(home)` picks one by the `WEIR_CONTROL_STORE` setting. What a lease means (who may
-take it, fencing, renewal) is decided in `spark_jobs.control.lease`, the same for both stores.
+`WEIR_HOME/control/<P>/` (the embedded default: one host or one shared POSIX filesystem).
+`PostgresStore` keeps them in a PostgreSQL database (schema `weir_control`), so drivers and Airflow
+workers on hosts that share no filesystem see one state. `control_store(home)` picks one by the
+`WEIR_CONTROL_STORE` setting.
+
+The lease is changed by compare-and-swap, never under a lock: every change writes the next
+*version* of the lease, and only if no other change wrote it first (`swap_lease`). A writer paused
+anywhere (a GC or VM pause, a frozen container) therefore blocks no one, and what it writes when it
+wakes up on a version it read before is refused. The file store keeps the versions as files
+`control/<P>/lease/<version>.json`, each created exclusively (`link(2)` fails when the name
+exists); the newest is the lease. The PostgreSQL store keeps a version column, changed by a
+conditional upsert. What a lease means (who may take it, fencing, renewal) is decided in
+`spark_jobs.control.lease`, the same for both stores.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -40,6 +46,7 @@ STOPPED = "stopped"
 LAUNCH = "launch"                    # the driver's launch record and cluster handle
 ADMITTED_CODE = "admitted_code"      # the code the deploy gate last admitted
 KINDS = (HEARTBEAT, STOP_REQUEST, SUPERVISOR, STOPPED, LAUNCH, ADMITTED_CODE)
+LEASE = "lease"                      # not a document: kept apart, changed by `swap_lease`
 PRIVATE_FILE = 0o600                 # a launch record holds a command line
 SCHEMA = "weir_control"
 
@@ -66,14 +73,19 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 @dataclass
 class LeaseSlot:
-    """A pipeline's lease as seen inside the store's exclusive section: the record on file (live
-    or stale, as a dict) and the highest fencing token ever handed out. `put`/`clear` stage the
-    change; the store applies it atomically when the section ends without an error."""
+    """A pipeline's lease as read from the store: the record (live or stale, as a dict), the
+    highest fencing token ever handed out and the lease's version (0: never written). `put`/`clear`
+    stage a change; `ControlStore.swap_lease` writes it only if the version is still the one read."""
 
     current: dict[str, Any] | None
     last_fencing_token: int
+    version: int = 0
     written: dict[str, Any] | None = None
     cleared: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return self.written is not None or self.cleared
 
     def put(self, record: dict[str, Any]) -> None:
         self.written, self.cleared = record, False
@@ -87,12 +99,16 @@ class ControlStore(Protocol):
     """A pipeline's control state. Documents (`KINDS`) are whole JSON objects, replaced at once."""
 
     def read_lease(self, pipeline: str) -> dict[str, Any] | None:
-        """The lease record (live or stale), read without taking the lease's lock."""
+        """The lease record (live or stale), if any."""
         ...
 
-    def lease_slot(self, pipeline: str) -> Any:
-        """A context manager: the exclusive section in which a lease is taken, renewed or given
-        back (yields a `LeaseSlot`); no other holder reads or writes the lease meanwhile."""
+    def lease_slot(self, pipeline: str) -> LeaseSlot:
+        """The lease as it is now, with its version: what a change is decided on."""
+        ...
+
+    def swap_lease(self, pipeline: str, slot: LeaseSlot) -> bool:
+        """Write the change staged in `slot` as the lease's next version, unless another change
+        was written since `slot` was read: True when it was written, False when it lost."""
         ...
 
     def get(self, pipeline: str, kind: str) -> dict[str, Any] | None: ...
@@ -106,43 +122,81 @@ class ControlStore(Protocol):
         ...
 
 
+# The file store keeps this many of a lease's newest versions (older ones are removed).
+LEASE_VERSIONS_KEPT = 16
+
+
 @dataclass(frozen=True)
 class FileStore:
-    """The embedded default: JSON files under `WEIR_HOME/control/<P>/`, the lease under `flock`."""
+    """The embedded default: JSON files under `WEIR_HOME/control/<P>/`, the lease's versions under
+    `control/<P>/lease/`."""
 
     home: WeirHome
 
     def path(self, pipeline: str, kind: str) -> Path:
         return self.home.control(pipeline) / f"{kind}.json"
 
-    def lease_path(self, pipeline: str) -> Path:
-        return self.path(pipeline, "lease")
+    def lease_folder(self, pipeline: str) -> Path:
+        return self.home.control(pipeline) / "lease"
 
-    def fencing_path(self, pipeline: str) -> Path:
-        return self.path(pipeline, "fencing")
+    def _lease_versions(self, pipeline: str) -> list[int]:
+        try:
+            names = os.listdir(self.lease_folder(pipeline))
+        except FileNotFoundError:
+            return []
+        return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
+
+    def _version_path(self, pipeline: str, version: int) -> Path:
+        return self.lease_folder(pipeline) / f"{version:020d}.json"
 
     def read_lease(self, pipeline: str) -> dict[str, Any] | None:
-        return read_json(self.lease_path(pipeline))
+        return self.lease_slot(pipeline).current
 
-    @contextmanager
-    def lease_slot(self, pipeline: str) -> Iterator[LeaseSlot]:
-        folder = self.home.control(pipeline)
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / "lease.lock", "a+") as lock:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+    def lease_slot(self, pipeline: str) -> LeaseSlot:
+        while True:
+            versions = self._lease_versions(pipeline)
+            if not versions:
+                return LeaseSlot(None, 0, 0)
             try:
-                last = int((read_json(self.fencing_path(pipeline)) or {}).get("fencing_token") or 0)
-                slot = LeaseSlot(self.read_lease(pipeline), last)
-                yield slot
-                if slot.written is not None:
-                    if slot.last_fencing_token > last:
-                        write_json_atomically(self.fencing_path(pipeline), {
-                            "pipeline": pipeline, "fencing_token": slot.last_fencing_token})
-                    write_json_atomically(self.lease_path(pipeline), slot.written)
-                elif slot.cleared:
-                    self.lease_path(pipeline).unlink(missing_ok=True)
-            finally:
-                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+                text = self._version_path(pipeline, versions[-1]).read_text(encoding="utf-8")
+            except FileNotFoundError:
+                continue  # removed as an old version after the listing: list again
+            document = json.loads(text)
+            return LeaseSlot(document.get("record"), int(document.get("fencing_token") or 0),
+                             versions[-1])
+
+    def swap_lease(self, pipeline: str, slot: LeaseSlot) -> bool:
+        """Create the next version's file exclusively: a complete temporary file linked to its
+        name, which fails when that version exists. A writer that slept through many changes can
+        still create a name that was removed as old: its file is then not the newest, so it is
+        taken back and the swap counts as lost (the newest version is never removed, and no
+        version is created without its predecessor having been the newest)."""
+        version = slot.version + 1
+        target = self._version_path(pipeline, version)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{version}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+        with open(tmp, "w", encoding="utf-8") as out:
+            json.dump({"pipeline": pipeline, "version": version,
+                       "record": None if slot.cleared else slot.written,
+                       "fencing_token": slot.last_fencing_token}, out, sort_keys=True)
+            out.flush()
+            os.fsync(out.fileno())
+        try:
+            os.link(tmp, target)
+        except FileExistsError:
+            return False
+        finally:
+            tmp.unlink(missing_ok=True)
+        _fsync_folder(target.parent)
+        versions = self._lease_versions(pipeline)
+        if not versions or versions[-1] != version:
+            target.unlink(missing_ok=True)
+            return False
+        for old in versions:
+            if old > version - LEASE_VERSIONS_KEPT:
+                break
+            self._version_path(pipeline, old).unlink(missing_ok=True)
+        return True
 
     def get(self, pipeline: str, kind: str) -> dict[str, Any] | None:
         return read_json(self.path(pipeline, kind))
@@ -154,7 +208,16 @@ class FileStore:
         self.path(pipeline, kind).unlink(missing_ok=True)
 
     def describe(self, pipeline: str, kind: str) -> str:
-        return str(self.path(pipeline, kind))
+        return str(self.lease_folder(pipeline) if kind == LEASE else self.path(pipeline, kind))
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a new name in `folder` durable (a crash after the link must not lose the version)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 _DDL = f"""
@@ -165,6 +228,8 @@ CREATE TABLE IF NOT EXISTS {SCHEMA}.leases (
     fencing_token bigint NOT NULL DEFAULT 0,     -- the highest token handed out; never goes down
     updated_at timestamptz NOT NULL DEFAULT now()
 );
+-- bumped by every change of the lease: a change is written only on the version it was decided on
+ALTER TABLE {SCHEMA}.leases ADD COLUMN IF NOT EXISTS version bigint NOT NULL DEFAULT 0;
 CREATE TABLE IF NOT EXISTS {SCHEMA}.documents (
     pipeline text NOT NULL,
     kind text NOT NULL,
@@ -219,35 +284,31 @@ class PostgresStore:
             raise
 
     def read_lease(self, pipeline: str) -> dict[str, Any] | None:
-        with self._cursor() as cur:
-            cur.execute(f"SELECT record FROM {SCHEMA}.leases WHERE pipeline = %s", (pipeline,))
-            row = cur.fetchone()
-        return row[0] if row else None
+        return self.lease_slot(pipeline).current
 
-    @contextmanager
-    def lease_slot(self, pipeline: str) -> Iterator[LeaseSlot]:
+    def lease_slot(self, pipeline: str) -> LeaseSlot:
+        with self._cursor() as cur:
+            cur.execute(f"SELECT record, fencing_token, version FROM {SCHEMA}.leases "
+                        "WHERE pipeline = %s", (pipeline,))
+            row = cur.fetchone()
+        return LeaseSlot(row[0], int(row[1]), int(row[2])) if row else LeaseSlot(None, 0, 0)
+
+    def swap_lease(self, pipeline: str, slot: LeaseSlot) -> bool:
+        """One statement, no transaction held open: a row of version 0 is inserted or a row still
+        at the version read is updated; a concurrent swap waits for the row and then finds its
+        version changed."""
         from psycopg2.extras import Json
 
         with self._cursor() as cur:
-            cur.execute("BEGIN")
-            try:
-                cur.execute(f"INSERT INTO {SCHEMA}.leases (pipeline) VALUES (%s) "
-                            "ON CONFLICT (pipeline) DO NOTHING", (pipeline,))
-                cur.execute(f"SELECT record, fencing_token FROM {SCHEMA}.leases "
-                            "WHERE pipeline = %s FOR UPDATE", (pipeline,))
-                record, last = cur.fetchone()
-                slot = LeaseSlot(record, int(last))
-                yield slot
-                if slot.written is not None or slot.cleared:
-                    cur.execute(f"UPDATE {SCHEMA}.leases SET record = %s, fencing_token = "
-                                "GREATEST(fencing_token, %s), updated_at = now() WHERE pipeline = %s",
-                                (Json(slot.written) if slot.written is not None else None,
-                                 slot.last_fencing_token, pipeline))
-                cur.execute("COMMIT")
-            except BaseException:
-                if not cur.connection.closed:
-                    cur.execute("ROLLBACK")
-                raise
+            cur.execute(
+                f"INSERT INTO {SCHEMA}.leases AS l (pipeline, record, fencing_token, version) "
+                "VALUES (%s, %s, %s, %s) ON CONFLICT (pipeline) DO UPDATE SET "
+                "record = EXCLUDED.record, version = EXCLUDED.version, updated_at = now(), "
+                "fencing_token = GREATEST(l.fencing_token, EXCLUDED.fencing_token) "
+                "WHERE l.version = %s",
+                (pipeline, None if slot.cleared or slot.written is None else Json(slot.written),
+                 slot.last_fencing_token, slot.version + 1, slot.version))
+            return cur.rowcount == 1
 
     def get(self, pipeline: str, kind: str) -> dict[str, Any] | None:
         with self._cursor() as cur:
@@ -271,6 +332,8 @@ class PostgresStore:
 
     def describe(self, pipeline: str, kind: str) -> str:
         where = self.url.rpartition("@")[2]  # never the password
+        if kind == LEASE:
+            return f"{SCHEMA}.leases ({pipeline}) in postgresql://{where}"
         return f"{SCHEMA}.documents ({pipeline}, {kind}) in postgresql://{where}"
 
 

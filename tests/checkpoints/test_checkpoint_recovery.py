@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import time
 
 import pytest
@@ -45,7 +46,7 @@ def test_validate_names_each_damage_and_a_backup_restores_exactly_once(playback,
     state_file.unlink()                                                         # state of the last batch
     held = lease.acquire(home, "playback")                                      # two live leases
     stray = home.control("playback") / "lease.stray.json"
-    stray.write_text(lease.lease_path(home, "playback").read_text())
+    stray.write_text(json.dumps(dataclasses.asdict(held.record)))
 
     result = run_action("playback", "validate")
     found = problems_by_file(result)

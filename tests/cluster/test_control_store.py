@@ -123,40 +123,38 @@ def test_racing_holders_never_both_win(store_home: WeirHome) -> None:
     assert sorted(r.returncode for r in racers) == [0] + [3] * 4
 
 
-def test_the_lease_section_is_exclusive(store_home: WeirHome) -> None:
-    """A taker that arrives while another is inside the lease's exclusive section waits for it and
-    sees what it wrote (PostgreSQL: the row held FOR UPDATE; files: flock), so it is refused
-    rather than overwriting a lease it never saw."""
+def test_a_change_decided_on_an_old_version_is_refused_and_holds_nothing(
+        store_home: WeirHome) -> None:
+    """A lease change is written only on the version it was decided on, and nothing is held while
+    it is decided: a writer that read the lease and then stopped (a GC or VM pause, a frozen
+    container) keeps no one waiting, and what it writes when it wakes up is refused, also after
+    more changes than the file store keeps versions of."""
     import dataclasses
-    import threading
 
     from spark_jobs.control.processes import ProcessRef
+    from spark_jobs.control.store import LEASE_VERSIONS_KEPT
 
     home, store = store_home, control_store(store_home)
     leases.acquire(home, "playback").release()          # the lease exists (row / files)
     me, now = ProcessRef.current(), leases.iso(leases.now_utc())
-    inside, leaving = threading.Event(), threading.Event()
+    paused = store.lease_slot("playback")                # read, decided on, then stopped
+    paused.put(dataclasses.asdict(leases.LeaseRecord(
+        "playback", me.pid, me.host, me.start_ticks, "paused", now, paused.last_fencing_token + 1,
+        now)))
 
-    def first_taker() -> None:
-        with store.lease_slot("playback") as slot:
-            slot.put(dataclasses.asdict(leases.LeaseRecord(
-                "playback", me.pid, me.host, me.start_ticks, "first", now,
-                slot.last_fencing_token + 1, now)))
-            inside.set()
-            time.sleep(1.5)                              # a slow taker, still inside
-            leaving.set()                                # its write commits right after
-
-    thread = threading.Thread(target=first_taker)
-    thread.start()
-    try:
-        assert inside.wait(30)
-        with pytest.raises(LeaseHeldError):
-            leases.acquire(home, "playback")
-        assert leaving.is_set(), "the second taker did not wait for the first one's section"
-    finally:
-        thread.join(30)
-    record = leases.read(home, "playback")
-    assert record is not None and record.token == "first" and record.fencing_token == 2
+    with leases.acquire(home, "playback") as taker:     # goes ahead at once
+        assert taker.fencing_token == 2
+        assert not store.swap_lease("playback", paused), "a write on an old version landed"
+        for _ in range(LEASE_VERSIONS_KEPT + 4):          # its version's file is long removed
+            taker.renew()
+        assert not store.swap_lease("playback", paused), "a write on a removed version landed"
+        taker.check()
+        assert leases.read(home, "playback").token == taker.token  # type: ignore[union-attr]
+        if isinstance(store, FileStore):
+            kept = list(store.lease_folder("playback").iterdir())
+            assert len(kept) == LEASE_VERSIONS_KEPT, sorted(p.name for p in kept)
+    with leases.acquire(home, "playback") as last:
+        assert last.fencing_token == 3, "the refused write handed out no token"
 
 
 def test_a_paused_holder_is_taken_over_with_a_higher_token_and_fenced(
@@ -270,7 +268,7 @@ def test_a_driver_fenced_through_postgresql_commits_nothing(
     assert not [p.name for p in control.glob("*.json") if p.stem in (
         "lease", "fencing", "heartbeat", "stop-request", "supervisor", "stopped")], \
         "control state went to files although WEIR_CONTROL_STORE is PostgreSQL"
-    assert not (control / "lease.lock").exists()
+    assert not (control / "lease").exists()
     stream.run(pipeline, once=True, home=home, spark=spark)
     assert_exactly_once(table(spark, tables.silver), ("event_id",), written.event_ids, "silver")
     bronze = table(spark, tables.bronze)

@@ -4,7 +4,6 @@ every layer ends exactly once."""
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 import subprocess
@@ -70,12 +69,9 @@ def test_a_paused_driver_is_fenced_after_a_takeover(spark, home: WeirHome, tmp_p
                  lambda: commits.is_dir() and any(p.name.isdigit() for p in commits.iterdir()), 600,
                  poll_s=0.2, abort=lambda: None if first.poll() is None else f"exited {first.returncode}")
         # Pause the driver's Python process (a GC or VM pause, a stopped container): what its JVM
-        # was already writing finishes, nothing new can start without Python. The pause lands
-        # outside the lease's flock section: a holder paused inside it blocks every other driver's
-        # start, a known gap this test is not about (docs/operations.md, fencing).
-        with open(home.control("playback") / "lease.lock", "a+") as section:
-            fcntl.flock(section.fileno(), fcntl.LOCK_EX)
-            first.send_signal(signal.SIGSTOP)
+        # was already writing finishes, nothing new can start without Python. The pause may land
+        # anywhere, in the middle of a lease renewal too: no lock is held there.
+        first.send_signal(signal.SIGSTOP)
         before_takeover = settled(tables, quiet_s=3, at_least_s=TTL_S + 2)
 
         second = start_driver(home, conf, "second", "--once")

@@ -11,6 +11,7 @@ import pytest
 from spark_jobs.control import lease as leases
 from spark_jobs.control.lease import LeaseHeldError
 from spark_jobs.home import WeirHome
+from tests.support.leases import plant_lease
 
 HOLD = """
 import sys, time
@@ -78,7 +79,7 @@ def test_a_recycled_pid_does_not_keep_a_lease_alive(home: WeirHome) -> None:
     import os
 
     fake = dataclasses.replace(record, pid=os.getpid(), start_ticks=(record.start_ticks or 0) + 1)
-    leases.write_json_atomically(leases.lease_path(home, "playback"), dataclasses.asdict(fake))
+    plant_lease(home, fake)
     assert leases.holder(home, "playback") is None
 
 
@@ -156,8 +157,7 @@ def test_an_expired_holder_that_still_runs_is_stalled(home: WeirHome) -> None:
     held = leases.acquire(home, "playback")
     held._released.set()              # its keep-alive stops, as in a paused driver
     old = leases.iso(leases.now_utc() - dt.timedelta(seconds=60))
-    leases.write_json_atomically(leases.lease_path(home, "playback"),
-                                 dataclasses.asdict(dataclasses.replace(held.record, renewed_at=old)))
+    plant_lease(home, dataclasses.replace(held.record, renewed_at=old))
     health = assess(home, "playback", stall_after_s=60)
     assert health.verdict == "stalled" and "not renewed for 60s" in health.detail, health
     assert leases.holder(home, "playback") is None

@@ -3,21 +3,19 @@ log once, whoever asked."""
 
 from __future__ import annotations
 
-import dataclasses
-import os
-
 from spark_jobs import cli
 from spark_jobs.control import eventlog
 from spark_jobs.control import lease as leases
 from spark_jobs.control.stop import stop_driver
 from spark_jobs.home import WeirHome
+from tests.support.leases import plant_lease
 
 
 def remote_holder(home: WeirHome) -> leases.LeaseRecord:
     """A fresh lease held by a driver on another host: no signal and no /proc reach it."""
     now = leases.iso(leases.now_utc())
     record = leases.LeaseRecord("playback", 4242, "another-host.example", None, "remote-token", now, 7, now)
-    leases.write_json_atomically(leases.lease_path(home, "playback"), dataclasses.asdict(record))
+    plant_lease(home, record)
     return record
 
 
@@ -40,7 +38,7 @@ def test_a_remote_driver_that_gives_its_lease_back_stopped_gracefully(home: Weir
         while request is None:
             request = leases.read_json(home.control("playback") / "stop-request.json")
         assert request["token"] == record.token
-        os.unlink(leases.lease_path(home, "playback"))
+        plant_lease(home, None)
 
     obeying = threading.Thread(target=remote_driver_obeys)
     obeying.start()
