@@ -7,11 +7,12 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from delta.tables import DeltaTable
 
-from spark_jobs import stream
+from spark_jobs import stream, topology
 from spark_jobs.generator import generate
 from spark_jobs.layers import PipelineTables
 from tests.integration.pipelines import playback
@@ -44,6 +45,21 @@ def test_wrong_arguments_get_a_one_line_reason_and_a_non_zero_exit(args, home):
     message = [line for line in result.stderr.splitlines() if line.strip()]
     assert message and "Traceback" not in result.stderr
     assert len([m for m in message if "error" in m or args[0] in m]) >= 1
+
+
+@pytest.mark.slow
+def test_a_shell_without_the_venv_runs_a_pipeline(home):
+    """`weir` as a new user starts it: the venv's script from a shell whose PATH has no venv and no
+    PYSPARK_PYTHON. Its Python workers must still be the venv's Python (the sessions query needs
+    pyarrow, which a system `python3` need not have)."""
+    generate(home.landing("playback"), files=1, sessions_per_file=2, seed=53)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
+    env.update(WEIR_HOME=str(home.root), PATH="/usr/bin:/bin")
+    result = subprocess.run([str(Path(sys.executable).parent / "weir"), "run", "playback", "--once"],
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    commits = topology.checkpoint_location(home, playback(), "sessions") / "commits"
+    assert [p for p in commits.iterdir() if p.name.isdigit()], "the sessions query committed nothing"
 
 
 @pytest.mark.slow
