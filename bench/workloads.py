@@ -533,7 +533,8 @@ def weir_driver(home: WeirHome, log_path: Path, *, once: bool, pipeline: str = P
     its output in `log_path`."""
     env = {**os.environ, "WEIR_HOME": str(home.root), "WEIR_SPARK_MASTER": MASTER,
            "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable), **(env or {})}
-    command = [sys.executable, "-m", "spark_jobs.cli", "run", pipeline, *(["--once"] if once else [])]
+    command = [sys.executable, "-m", "spark_jobs.cli", "-v", "run", pipeline,  # -v: step times
+               *(["--once"] if once else [])]
     with log_path.open("wb") as out:
         return subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
 

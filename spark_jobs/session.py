@@ -51,10 +51,15 @@ BASE_CONF = {
     # JIT-compiled each new class again: as much CPU as the tasks themselves, batch after batch
     # (docs/performance.md). With room for them, a stream's code is compiled once.
     "spark.sql.codegen.cache.maxEntries": "2000",
-    # Delta rebuilds a table's state (a Spark job) around every commit, in 50 tasks by default —
-    # sized for tables of millions of files. A stream commits small batches several times a
-    # micro-batch: a few tasks per core are plenty, and 50 cost each commit seconds on two cores.
-    "spark.databricks.delta.snapshotPartitions": str(2 * (os.cpu_count() or 2)),
+    # Delta rebuilds a table's state (two Spark jobs: its files, tombstones and application
+    # transactions) for every new version it writes to, in 50 tasks by default — sized for tables
+    # of millions of files. A micro-batch writes bronze, quarantine and silver side by side, each
+    # a fenced write that reads its table's transactions (Delta 4.4 takes them from that state,
+    # not from the checksum file), so three states are rebuilt at once per batch. One task per two
+    # cores for each. Eight batches of one 440-line file, three runs each, alternating: with 4 tasks
+    # the batches after the first took a median 2.4–2.6 s and the run 41.8–43.7 s; with 1 task,
+    # 2.0–2.2 s and 38.2–38.9 s (docs/performance.md, "Delta's state rebuild").
+    "spark.databricks.delta.snapshotPartitions": str(max(1, (os.cpu_count() or 2) // 2)),
     # Delta keeps the first 32 characters of a string's min/max in a file's statistics. A line's
     # source (a landing file's URI and digest, or a Kafka partition with its topic id) is longer,
     # so every bronze file looked as if it might hold any source, and the dedupe of each batch
