@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spark_jobs.files import create_exclusively
+
 MANIFEST_VERSION = 1
 DIGEST_HEX_IN_SOURCE = 12
 START_FILE = "start.json"
@@ -49,31 +51,11 @@ class FileEntry:
         return f"{Path(self.path).as_uri()}#{self.digest[:DIGEST_HEX_IN_SOURCE]}"
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_new_file(final: Path, payload: bytes) -> None:
-    """Write `final` atomically and only if it does not exist yet: temp file, fsync, hard link
-    (which, unlike rename, refuses to replace an existing file), fsync the folder."""
-    tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(payload)
-        f.flush()
-        os.fsync(f.fileno())
-    try:
-        os.link(tmp, final)
-    except FileExistsError as e:
+    """Write `final` atomically and only if it does not exist yet."""
+    if not create_exclusively(final, payload):
         raise LandingError(
-            f"manifest segment {final} already exists: another query writes the same manifest"
-        ) from e
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_dir(final.parent)
+            f"manifest segment {final} already exists: another query writes the same manifest")
 
 
 class Manifest:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from spark_jobs.files import create_exclusively
 from spark_jobs.home import WeirHome
 from spark_jobs.settings import settings
 
@@ -174,20 +175,11 @@ class FileStore:
         version = slot.version + 1
         target = self._version_path(pipeline, version)
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{version}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-        with open(tmp, "w", encoding="utf-8") as out:
-            json.dump({"pipeline": pipeline, "version": version,
-                       "record": None if slot.cleared else slot.written,
-                       "fencing_token": slot.last_fencing_token}, out, sort_keys=True)
-            out.flush()
-            os.fsync(out.fileno())
-        try:
-            os.link(tmp, target)
-        except FileExistsError:
+        document = {"pipeline": pipeline, "version": version,
+                    "record": None if slot.cleared else slot.written,
+                    "fencing_token": slot.last_fencing_token}
+        if not create_exclusively(target, json.dumps(document, sort_keys=True).encode()):
             return False
-        finally:
-            tmp.unlink(missing_ok=True)
-        _fsync_folder(target.parent)
         versions = self._lease_versions(pipeline)
         if not versions or versions[-1] != version:
             target.unlink(missing_ok=True)
@@ -209,15 +201,6 @@ class FileStore:
 
     def describe(self, pipeline: str, kind: str) -> str:
         return str(self.lease_folder(pipeline) if kind == LEASE else self.path(pipeline, kind))
-
-
-def _fsync_folder(folder: Path) -> None:
-    """Make a new name in `folder` durable (a crash after the link must not lose the version)."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 _DDL = f"""
