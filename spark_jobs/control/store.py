@@ -23,14 +23,13 @@ import json
 import logging
 import os
 import threading
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from spark_jobs.files import create_exclusively
+from spark_jobs.files import create_exclusively, replace_atomically
 from spark_jobs.home import WeirHome
 from spark_jobs.settings import settings
 
@@ -53,16 +52,9 @@ SCHEMA = "weir_control"
 
 
 def write_json_atomically(path: Path, payload: dict[str, Any], mode: int | None = None) -> None:
-    """Write to a temporary sibling, fsync, then rename over `path`: readers never see half a file
-    (nor, with `mode`, a file more open than `mode`)."""
+    """Replace `path` with `payload` as JSON, whole (`files.replace_atomically`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    with open(tmp, "w", encoding="utf-8", opener=None if mode is None else (
-            lambda name, flags: os.open(name, flags, mode))) as out:
-        json.dump(payload, out, sort_keys=True)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
+    replace_atomically(path, json.dumps(payload, sort_keys=True).encode(), mode)
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -289,7 +281,7 @@ class PostgresStore:
                 "record = EXCLUDED.record, version = EXCLUDED.version, updated_at = now(), "
                 "fencing_token = GREATEST(l.fencing_token, EXCLUDED.fencing_token) "
                 "WHERE l.version = %s",
-                (pipeline, None if slot.cleared or slot.written is None else Json(slot.written),
+                (pipeline, None if slot.cleared else Json(slot.written),
                  slot.last_fencing_token, slot.version + 1, slot.version))
             return cur.rowcount == 1
 
