@@ -95,7 +95,9 @@ def playback(trigger: str | None = None) -> Pipeline:
 def session_conf() -> dict[str, str]:
     """What `stream.run` adds to `build_session`'s settings: the in-process runs use exactly the
     settings of a `weir run` driver, so the bare job and the platform differ only in their code."""
-    return {"spark.sql.shuffle.partitions": str(playback().shuffle_partitions),
+    from spark_jobs.stream import driver_conf
+
+    return {**driver_conf(playback()),
             # Only how many progress entries the query keeps for us to read: no effect on speed.
             "spark.sql.streaming.numRecentProgressUpdates": "1000"}
 
@@ -391,7 +393,8 @@ def ingest_profile_once(spark: SparkSession, spec: Spec, data: Dataset, name: st
     steps = StepTimes()
     timed = steps.time
 
-    lines = spark.read.text(data.path)
+    files = one_batch_of_files(data, p)
+    lines = spark.read.text([str(f) for f in files])
     batch = bronze_columns(lines, value=F.col("value"), source=F.col("_metadata.file_path"),
                            position=F.monotonically_increasing_id()).persist()
     rules = p.row_rules
@@ -423,8 +426,26 @@ def ingest_profile_once(spark: SparkSession, spec: Spec, data: Dataset, name: st
     whole_rows = {layer: spark.read.format("delta").load(str(path)).count()
                   for layer, path in (("bronze", whole.bronze), ("silver", whole.silver))}
     batch.unpersist()
-    return {"steps_s": steps.rounded(3), "lines": data.lines, "alt_rows_after_replay": replayed_rows,
-            "whole_rows_after_replay": whole_rows}
+    return {"steps_s": steps.rounded(3), "lines": whole_rows["bronze"], "files": len(files),
+            "alt_rows_after_replay": replayed_rows, "whole_rows_after_replay": whole_rows}
+
+
+def one_batch_of_files(data: Dataset, pipeline: Pipeline) -> list[Path]:
+    """The dataset's first files (in name order) that one micro-batch of the pipeline's files
+    source takes: up to its byte bound, and at least one file. The profile times one such batch,
+    as the stream runs it; the whole backlog in one batch is what the bound exists to prevent."""
+    source = pipeline.source
+    bound = source.max_bytes_per_trigger if isinstance(source, catalog.FileSource) else 128 << 20
+    chosen: list[Path] = []
+    size = 0
+    for path in sorted(Path(data.path).iterdir()):
+        if path.name.startswith((".", "_")):
+            continue
+        if chosen and size + path.stat().st_size > bound:
+            break
+        chosen.append(path)
+        size += path.stat().st_size
+    return chosen
 
 
 class LandingWriter(threading.Thread):
