@@ -104,9 +104,11 @@ class KafkaSource:
     """A Kafka topic. `bootstrap_servers` may be `local` (the development broker of infra/kafka);
     security settings come from the Airflow connection `connection` or the environment (see
     `spark_jobs.kafka.connection`), never from the catalog. `max_offsets_per_trigger` bounds a
-    micro-batch (None: unbounded, an explicit opt-out); `fail_on_data_loss=False` is an explicit
-    opt-in to skip offsets that are gone (retention, deleted topic). `partitions` is used when
-    `weir produce` creates the topic."""
+    micro-batch (None: unbounded, an explicit opt-out); `max_records_per_partition` bounds one
+    task's share of it, so a batch is read by more tasks than the topic has partitions (None: one
+    task per partition, Spark's default); `fail_on_data_loss=False` is an explicit opt-in to skip
+    offsets that are gone (retention, deleted topic). `partitions` is used when `weir produce`
+    creates the topic."""
 
     topic: str
     bootstrap_servers: str = "127.0.0.1:9092"
@@ -116,6 +118,11 @@ class KafkaSource:
     # few hundred bytes are ~50-100 MB per batch, within the default driver memory on 2 cores,
     # and large enough that the fixed cost of a micro-batch stays small beside it.
     max_offsets_per_trigger: int | None = 200_000
+    # A task reads at most this many records, as a landing task reads at most 16 MB (about 60 k
+    # lines): a batch of 200k records on a 3-partition topic is read by 6 tasks, not 3, so two
+    # cores (or any number) stay busy to the batch's end, and every stage after the read too (they
+    # keep the read's partitions).
+    max_records_per_partition: int | None = 50_000
     fail_on_data_loss: bool = True
     connection: str | None = None
     partitions: int = 3
@@ -124,7 +131,8 @@ class KafkaSource:
     def __post_init__(self) -> None:
         # 0 must not read as "unbounded": the opt-out is None, written on purpose.
         positive(f"kafka source {self.topic}", optional=True,
-                 max_offsets_per_trigger=self.max_offsets_per_trigger)
+                 max_offsets_per_trigger=self.max_offsets_per_trigger,
+                 max_records_per_partition=self.max_records_per_partition)
         positive(f"kafka source {self.topic}", partitions=self.partitions)
 
 

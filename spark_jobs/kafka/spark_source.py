@@ -35,4 +35,6 @@ def source_options(home: WeirHome, pipeline: Pipeline, source: KafkaSource,
     }
     if source.max_offsets_per_trigger:
         options["maxOffsetsPerTrigger"] = str(source.max_offsets_per_trigger)
+    if source.max_records_per_partition:
+        options["maxRecordsPerPartition"] = str(source.max_records_per_partition)
     return options

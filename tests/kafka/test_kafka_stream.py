@@ -114,6 +114,29 @@ def test_kill9_driver_mid_stream_then_restart_every_offset_once(
     assert max(rows) <= 60 and sum(rows) >= len(records) - ingested, rows
 
 
+def test_a_batch_is_read_by_tasks_of_at_most_the_catalogs_records_per_partition(
+        spark, home: WeirHome, broker: Broker, topic: str, tmp_path: Path) -> None:
+    """Spark reads a topic with one task per partition unless told otherwise: 3 tasks on a
+    3-partition topic leave a core idle for a third of every batch. The catalog's bound on one
+    task's records reaches the reader (a misspelt option would be ignored without a word)."""
+    kafka.ensure_topic(broker.connection, topic, 3)
+    written = generate(tmp_path / "feed", files=1, sessions_per_file=12, seed=5)
+    produce_files(broker, topic, written)
+    records = topic_records(broker.connection, topic)
+    counts = [sum(1 for _, p, _ in records if p == q) for q in range(3)]
+    source = kafka_pipeline(topic, broker.bootstrap, max_records_per_partition=10).source
+    options = kafka.source_options(home, kafka_pipeline(topic, broker.bootstrap), source,
+                                   broker.connection)
+    tasks: list[int] = []
+    query = (spark.readStream.format("kafka").options(**options).load().writeStream
+             .foreachBatch(lambda batch, _: tasks.append(batch.rdd.getNumPartitions()))
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True)
+             .start())
+    query.awaitTermination()
+    assert len(records) == written.lines and max(counts) > 10, counts
+    assert tasks == [sum(-(-n // 10) for n in counts)], (tasks, counts)   # ceil(n / 10) each
+
+
 class ProgressRecorder:
     """A StreamingQueryListener keeping every progress as parsed JSON."""
 
