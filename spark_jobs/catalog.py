@@ -118,11 +118,12 @@ class KafkaSource:
     # few hundred bytes are ~50-100 MB per batch, within the default driver memory on 2 cores,
     # and large enough that the fixed cost of a micro-batch stays small beside it.
     max_offsets_per_trigger: int | None = 200_000
-    # A task reads at most this many records, as a landing task reads at most 16 MB (about 60 k
-    # lines): a batch of 200k records on a 3-partition topic is read by 6 tasks, not 3, so two
-    # cores (or any number) stay busy to the batch's end, and every stage after the read too (they
-    # keep the read's partitions).
-    max_records_per_partition: int | None = 50_000
+    # For a cluster with more cores than the topic has partitions: a task reads at most this many
+    # records, so a batch is read by more tasks than the topic's partitions (and every stage after
+    # the read keeps that many). On 2 cores and 3 partitions it changed nothing: 50k-record tasks
+    # (6 per 200k batch) took 39.0-42.7 s of ingest for 1 M records, one task per partition
+    # 39.1-42.0 s (docs/performance.md). None: Spark's default, one task per topic partition.
+    max_records_per_partition: int | None = None
     fail_on_data_loss: bool = True
     connection: str | None = None
     partitions: int = 3

@@ -43,8 +43,8 @@ def test_the_defaults_and_the_explicit_opt_out_are_accepted() -> None:
     assert FileSource().max_files_per_trigger is None
     assert KafkaSource("t").max_offsets_per_trigger == 200_000
     assert KafkaSource("t", max_offsets_per_trigger=None).max_offsets_per_trigger is None
-    assert KafkaSource("t").max_records_per_partition == 50_000
-    assert KafkaSource("t", max_records_per_partition=None).max_records_per_partition is None
+    assert KafkaSource("t").max_records_per_partition is None
+    assert KafkaSource("t", max_records_per_partition=50_000).max_records_per_partition == 50_000
 
 
 def test_a_bad_bound_in_an_entry_names_the_entry_file(tmp_path: Path,
