@@ -123,6 +123,17 @@ def test_dedupe_keeps_the_first_ingested_copy_whatever_the_order(spark):
         assert [(r.event_id, r.device, r._source) for r in rows] == [("e1", "tv", "a")]
 
 
+def test_dedupe_breaks_a_tie_of_ingest_time_by_source_then_position(spark):
+    # one batch: every line has the batch's ingest time
+    b = bronze(spark, with_(device="web"), with_(device="tv"), source="b")        # positions 1, 2
+    a = bronze(spark, with_(device="mobile"), source="a").withColumn("position", F.lit(9).cast("long"))
+    for frame in (b.unionByName(a), a.unionByName(b)):
+        rows = transforms.silver(transforms.parse(frame, PLAYBACK), None, PLAYBACK).collect()
+        assert [(r.device, r._source, r._position) for r in rows] == [("mobile", "a", 9)]
+    rows = transforms.silver(transforms.parse(b, PLAYBACK), None, PLAYBACK).collect()
+    assert [(r.device, r._position) for r in rows] == [("web", 1)]
+
+
 def test_enrichment_gives_nulls_for_unknown_content(spark):
     dim = spark.createDataFrame([("c001", "Paper Tide", "drama")],
                                 "content_id string, title string, genre string")
