@@ -48,8 +48,8 @@ def small_spark_jobs() -> dict[str, str]:
     The settings go in as the driver JVM's system properties (`SPARK_SUBMIT_OPTS`, which Spark reads
     as defaults, as it reads spark-defaults.conf), not through a SPARK_CONF_DIR of their own: the
     conf folder leads the driver's class path, and a class path other than the one the class
-    archive was recorded with keeps the JVM from mapping it (`spark_jobs.class_archive`), about
-    2.5 s more at every driver start."""
+    archive was recorded with keeps the JVM from mapping it (`spark_jobs.class_archive`): a
+    session started in 5.7-6.4 s with such a folder, 3.6-3.8 s without (docs/performance.md)."""
     conf = {k: v for k, v in DRIVER_CONF.items() if k != "spark.driver.memory"}
     options = [f"-D{k}={v}" for k, v in conf.items()]
     options.append(f"-Dlog4j2.configurationFile=file:{REPO_ROOT / 'infra' / 'spark' / 'log4j2.properties'}")

@@ -116,9 +116,8 @@ def test_kill9_driver_mid_stream_then_restart_every_offset_once(
 
 def test_a_batch_is_read_by_tasks_of_at_most_the_catalogs_records_per_partition(
         spark, home: WeirHome, broker: Broker, topic: str, tmp_path: Path) -> None:
-    """Spark reads a topic with one task per partition unless told otherwise: 3 tasks on a
-    3-partition topic leave a core idle for a third of every batch. The catalog's bound on one
-    task's records reaches the reader (a misspelt option would be ignored without a word)."""
+    """Spark reads a topic with one task per partition unless told otherwise. The catalog's bound
+    on one task's records reaches the reader: a misspelt option would be ignored without a word."""
     kafka.ensure_topic(broker.connection, topic, 3)
     written = generate(tmp_path / "feed", files=1, sessions_per_file=12, seed=5)
     produce_files(broker, topic, written)
