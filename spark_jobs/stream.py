@@ -364,7 +364,8 @@ def driver_conf(pipeline: Pipeline) -> dict[str, str]:
     * The ingest batch is cached once (`IngestBatch`) and read by its summary and three writes.
       Spark's columnar cache stores it uncompressed: about a third more memory (258 against 194
       MB for a 128 MB batch, bounded like the batch) and about 0.9 s less per such batch, 5 %
-      of the ingest (docs/performance.md)."""
+      of the ingest. A batch far above the default bound spills sooner than a compressed
+      one and is then slower (docs/performance.md)."""
     return {"spark.sql.shuffle.partitions": str(pipeline.shuffle_partitions),
             "spark.sql.inMemoryColumnarStorage.compressed": "false"}
 
