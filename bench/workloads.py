@@ -431,11 +431,12 @@ def ingest_profile_once(spark: SparkSession, spec: Spec, data: Dataset, name: st
 
 
 def one_batch_of_files(data: Dataset, pipeline: Pipeline) -> list[Path]:
-    """The dataset's first files (in name order) that one micro-batch of the pipeline's files
-    source takes: up to its byte bound, and at least one file. The profile times one such batch,
-    as the stream runs it; the whole backlog in one batch is what the bound exists to prevent."""
+    """The dataset's first whole files (in name order) within the byte bound of one micro-batch of
+    the pipeline's files source, and at least one file. The profile times one such batch, as the
+    stream runs it; the whole backlog in one batch is what the bound exists to prevent."""
     source = pipeline.source
-    bound = source.max_bytes_per_trigger if isinstance(source, catalog.FileSource) else 128 << 20
+    assert isinstance(source, catalog.FileSource), f"{pipeline.name} does not read files"
+    bound = source.max_bytes_per_trigger
     chosen: list[Path] = []
     size = 0
     for path in sorted(Path(data.path).iterdir()):

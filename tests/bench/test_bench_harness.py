@@ -126,22 +126,16 @@ def test_one_file_dataset_is_the_generated_lines_joined_into_one_landing_file(tm
 
 
 def test_the_ingest_profile_times_one_batch_of_the_catalogs_byte_bound(tmp_path: Path) -> None:
-    from bench.workloads import one_batch_of_files
+    from bench.workloads import one_batch_of_files, playback
     from spark_jobs.catalog import FileSource
 
     data = make(tmp_path, "x", Size(files=5, sessions_per_file=2), seed=5)
     files = sorted(Path(data.path).iterdir())
     first_two = files[0].stat().st_size + files[1].stat().st_size
-    pipeline = dataclasses.replace(playback_entry(), source=FileSource(max_bytes_per_trigger=first_two))
+    pipeline = dataclasses.replace(playback(), source=FileSource(max_bytes_per_trigger=first_two))
     assert one_batch_of_files(data, pipeline) == files[:2]
     tiny = dataclasses.replace(pipeline, source=FileSource(max_bytes_per_trigger=1))
     assert one_batch_of_files(data, tiny) == files[:1]     # a file larger than the bound: alone
-
-
-def playback_entry():
-    from spark_jobs import catalog
-
-    return catalog.load("playback")
 
 
 @pytest.mark.parametrize(("exact", "gigabytes", "reached"), [

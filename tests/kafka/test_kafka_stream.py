@@ -123,9 +123,8 @@ def test_a_batch_is_read_by_tasks_of_at_most_the_catalogs_records_per_partition(
     produce_files(broker, topic, written)
     records = topic_records(broker.connection, topic)
     counts = [sum(1 for _, p, _ in records if p == q) for q in range(3)]
-    source = kafka_pipeline(topic, broker.bootstrap, max_records_per_partition=10).source
-    options = kafka.source_options(home, kafka_pipeline(topic, broker.bootstrap), source,
-                                   broker.connection)
+    pipeline = kafka_pipeline(topic, broker.bootstrap, max_records_per_partition=10)
+    options = kafka.source_options(home, pipeline, pipeline.source, broker.connection)  # type: ignore[arg-type]
     tasks: list[int] = []
     query = (spark.readStream.format("kafka").options(**options).load().writeStream
              .foreachBatch(lambda batch, _: tasks.append(batch.rdd.getNumPartitions()))
