@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -157,10 +158,41 @@ def summarise(doc: Document) -> dict[str, Any]:
         goal("DQ validation cost vs the stream's own processing", "< 1x", ratios["dq_vs_stream_cost"],
              lambda v: v < 1.0, _why(doc, "dq")),
         one_file_goal(doc),
+        growth_goal(doc),
     ]
     return {"rates": rates, "ratios": ratios, "metrics": others, "goals": goals,
             "cpu_by_query": cpu_by_query(doc),
-            "scaling": scaling_rows(doc), "memory": memory, "load": machine_load(doc)}
+            "scaling": scaling_rows(doc), "growth": growth_rows(doc), "memory": memory,
+            "load": machine_load(doc)}
+
+
+def growth_rows(doc: Document) -> list[dict[str, Any]]:
+    """The growth run, one row per size of silver: the medians of its small and of its large
+    batches (the whole batch, and its silver write)."""
+    rows = []
+    for point in _result(doc, "silver_growth").get("points") or []:
+        row: dict[str, Any] = {"silver_rows": point["silver_rows"], "silver_files": point.get("silver_files")}
+        for kind in ("small", "large"):
+            runs = point.get(kind) or []
+            if runs:
+                row[kind] = {"lines": runs[0]["lines"],
+                             "seconds": statistics.median(r["seconds"] for r in runs),
+                             "silver_s": statistics.median(r["steps_s"].get("silver", 0.0) for r in runs),
+                             "silver_files_read": max(r.get("silver_files_read") or 0 for r in runs)}
+        rows.append(row)
+    return rows
+
+
+def growth_goal(doc: Document) -> dict[str, Any]:
+    """A running stream's batch (the small one) at the largest silver against the smallest: issue
+    11 asks that it not grow; within 10 % is the noise of the runs."""
+    rows = [r for r in growth_rows(doc) if "small" in r]
+    value = (_ratio(rows[-1]["small"]["seconds"], rows[0]["small"]["seconds"]) if len(rows) > 1 else None)
+    sizes = f" ({rows[0]['silver_rows']:,} → {rows[-1]['silver_rows']:,} rows)" if len(rows) > 1 else ""
+    return {"goal": f"a micro-batch's cost as silver grows{sizes}", "target": "<= 1.1x",
+            "value": value, "reached": None if value is None else value <= 1.1,
+            "why_not_measured": None if value is not None else
+            (_why(doc, "silver_growth") if not rows else "fewer than two sizes of silver measured")}
 
 
 def cpu_at(timeline: list[list[float]], at: float) -> float | None:
@@ -314,6 +346,20 @@ def markdown_summary(doc: Document) -> str:
                       "one batch)",
                   "", "| step of `IngestBatch` | seconds |", "|---|---|"]
         lines += [f"| {step} | {_fmt(float(sec))} |" for step, sec in profile["steps_s"].items()]
+    if s["growth"]:
+        lines += ["", "## One micro-batch as silver grows (median seconds; `IngestBatch` on lines new to "
+                      "every table)", "",
+                  "| silver rows | silver files | small batch: whole | its silver write | silver files read "
+                  "| large batch: whole | its silver write |", "|---|---|---|---|---|---|---|"]
+        for row in s["growth"]:
+            small, large = row.get("small", {}), row.get("large", {})
+            lines.append(f"| {row['silver_rows']:,} | {_fmt(row['silver_files'])} | "
+                         f"{_fmt(small.get('seconds'))} | {_fmt(small.get('silver_s'))} | "
+                         f"{_fmt(small.get('silver_files_read'))} | {_fmt(large.get('seconds'))} | "
+                         f"{_fmt(large.get('silver_s'))} |")
+        first = s["growth"][0]
+        lines.append(f"\nSmall batch: {_fmt(first.get('small', {}).get('lines'))} lines; large batch: "
+                     f"{_fmt(first.get('large', {}).get('lines'))} lines.")
     backfill = _result(doc, "backfill")
     if backfill.get("steps"):
         rerun = backfill.get("rerun_steps") or {}
@@ -403,6 +449,24 @@ def plot(doc: Document, out: Path, stem: str) -> list[Path]:
         ax.legend()
         fig.tight_layout()
         written.append(_save(fig, out / f"{stem}-scale.png"))
+        plt.close(fig)
+    if len(s["growth"]) > 1:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for kind in ("small", "large"):
+            pts = [(r["silver_rows"], r[kind]) for r in s["growth"] if kind in r]
+            if not pts:
+                continue
+            line, = ax.plot([p[0] for p in pts], [p[1]["seconds"] for p in pts], marker="o",
+                            label=f"{kind} batch ({pts[0][1]['lines']:,} lines): whole")
+            ax.plot([p[0] for p in pts], [p[1]["silver_s"] for p in pts], marker="x", linestyle="--",
+                    color=line.get_color(), label=f"{kind} batch: its silver write")
+        ax.set_xlabel("silver rows before the batch")
+        ax.set_ylabel("seconds (median)")
+        ax.set_ylim(bottom=0)
+        ax.set_title("One micro-batch's cost as silver grows")
+        ax.legend()
+        fig.tight_layout()
+        written.append(_save(fig, out / f"{stem}-growth.png"))
         plt.close(fig)
     run = (_result(doc, "latency").get("runs") or [{}])[0]
     latencies = run.get(LATENCY_SAMPLE) or run.get("latencies_s") or []

@@ -47,7 +47,8 @@ RESULTS = REPO_ROOT / "bench" / "results"
 # its budget still has them. `steady` is bare_steady + platform_steady; `scale` is ceiling, bare and
 # platform on the 4x input.
 DEFAULT = ("ceiling", "bare", "platform", "steady", "kafka", "scale")
-EXTRA = ("one_file", "ceiling_transforms", "latency", "backfill", "profile", "recovery", "dq", "dag_parse")
+EXTRA = ("one_file", "ceiling_transforms", "latency", "backfill", "profile", "growth", "recovery", "dq",
+         "dag_parse")
 NAMES = DEFAULT + EXTRA
 # Measurements that set themselves up (broker, Airflow, their own data): `python -m bench.worker
 # NAME '{"workdir": ..., "quick": ...}'`, each with its own time limit.
@@ -63,6 +64,7 @@ class Profile:
     one_file: Size               # generated as files of the base's size, then joined into one
     steady_interval_s: float     # steady arrival: one base file every this many seconds
     ceiling_repeats: int
+    silver_rows: tuple[int, ...]  # `growth`: the sizes of silver a micro-batch is timed against
     run_timeout_s: float         # per measured run
     budget_s: float              # the whole invocation
 
@@ -71,10 +73,12 @@ class Profile:
 # file every 5 s (10k lines/s, above the platform's backlog rate of issue 11, below the bare job's).
 VOLUME = Profile(base=Size(files=20, sessions_per_file=4650), scale=Size(files=80, sessions_per_file=4650),
                  one_file=Size(files=172, sessions_per_file=4650),   # one file of ~2.3 GB, ~8.7M lines
-                 steady_interval_s=5.0, ceiling_repeats=3, run_timeout_s=1800, budget_s=3600)
+                 steady_interval_s=5.0, ceiling_repeats=3, silver_rows=(1_000_000, 4_000_000, 10_000_000),
+                 run_timeout_s=1800, budget_s=3600)
 QUICK = Profile(base=Size(files=2, sessions_per_file=6), scale=Size(files=8, sessions_per_file=6),
                 one_file=Size(files=4, sessions_per_file=6),
-                steady_interval_s=1.0, ceiling_repeats=1, run_timeout_s=300, budget_s=1200)
+                steady_interval_s=1.0, ceiling_repeats=1, silver_rows=(1_000, 3_000), run_timeout_s=300,
+                budget_s=1200)
 
 
 @dataclass
@@ -205,6 +209,9 @@ def run_one(suite: Suite, name: str) -> None:
                 suite.results.setdefault(job, {"label": job, "not_measured": f"Kafka topic: {err}"})
     elif name == "profile":
         run_worker(suite, "ingest_profile", suite.spec("ingest_profile", "ingest_profile"))
+    elif name == "growth":
+        run_worker(suite, "silver_growth", suite.spec("silver_growth", "silver_growth",
+                                                      silver_rows=list(p.silver_rows)))
     elif name == "latency":
         rate = suite.results.get("platform", {}).get("events_per_s")
         if not rate:

@@ -20,6 +20,7 @@ reported beside). Every streaming run checks its output: count == distinct == ex
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import itertools
@@ -35,7 +36,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +51,7 @@ from spark_jobs.tables import delta_version
 from spark_jobs.topology import query_name
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
     from pyspark.sql.types import StructType
 
@@ -430,6 +431,110 @@ def ingest_profile_once(spark: SparkSession, spec: Spec, data: Dataset, name: st
             "alt_rows_after_replay": replayed_rows, "whole_rows_after_replay": whole_rows}
 
 
+def silver_growth_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
+    """What one ingest micro-batch costs as silver grows (issue 11: it must not grow with silver).
+
+    Silver starts as the stream leaves it after the dataset's day. It then grows to each of
+    `silver_rows` by copies of that day under earlier dates, with other event ids, appended
+    directly: what weeks of a stream leave, in seconds. At each size, `IngestBatch` (the stream's
+    own foreachBatch) is timed on a small batch (the first file: a running stream's batch) and on a
+    large one (the files of one byte bound: a backlog's), each on lines new to every table (the
+    files' lines under another source name, with other event ids). The batch's step times are
+    those of its log line."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    from spark_jobs.layers import ensure_tables
+    from spark_jobs.sources import bronze_columns
+    from spark_jobs.stream import IngestBatch, start_query
+
+    p = playback()
+    home = fresh_home(spec, name)
+    t = ensure_tables(spark, home, p)
+    link_into(data, home.landing(PIPELINE))
+    run_stream(start_query(spark, p, home, t, "ingest", once=True))
+    day_version = delta_version(t.silver)
+    day = spark.read.format("delta").option("versionAsOf", day_version).load(str(t.silver))
+    day_rows = day.count()
+    ingest = IngestBatch(p, t)
+    steps = BatchSteps()
+    runs = itertools.count()
+    files = sorted(f for f in Path(data.path).iterdir() if not f.name.startswith((".", "_")))
+    batches = {"small": files[:1], "large": one_batch_of_files(data, p)}
+
+    def new_lines(paths: list[Path]) -> DataFrame:
+        run = next(runs)
+        lines = spark.read.text([str(f) for f in paths])
+        value = F.regexp_replace("value", f'"{p.key}":"', f'"{p.key}":"growth{run}-')
+        return bronze_columns(lines, value=value,
+                              source=F.concat(F.col("_metadata.file_path"), F.lit(f"#growth{run}")),
+                              position=F.monotonically_increasing_id())
+
+    def timed_batch(kind: str) -> Result:
+        batch = new_lines(batches[kind]).persist()
+        lines = batch.count()
+        with steps.recorded() as record:
+            started = time.monotonic()
+            ingest(batch, next(runs))
+            seconds = time.monotonic() - started
+        batch.unpersist()
+        assert record, "IngestBatch logged no line for its batch: its step times are read from it"
+        return {"lines": lines, "seconds": round(seconds, 3), **record}
+
+    timed_batch("small")      # the JVM's first batches compile what every later one runs
+    copies = 0
+    points = []
+    for target in spec.params["silver_rows"]:
+        rows = spark.read.format("delta").load(str(t.silver)).count()
+        while rows < target:
+            copies += 1
+            keyed = {p.key: F.concat(F.col(p.key), F.lit(f"~{copies}")),
+                     p.event_time: F.col(p.event_time) - F.expr(f"INTERVAL {copies} DAYS"),
+                     "event_date": F.date_sub("event_date", copies)}
+            (day.select(*[keyed.get(c, F.col(c)).alias(c) for c in day.columns])
+             .write.format("delta").mode("append").save(str(t.silver)))
+            rows += day_rows
+        files_now = DeltaTable.forPath(spark, str(t.silver)).detail().first()["numFiles"]
+        points.append({"silver_rows": rows, "silver_files": files_now,
+                       "small": [timed_batch("small") for _ in range(3)],
+                       "large": [timed_batch("large") for _ in range(2)]})
+        log.info("silver at %d rows: %s", rows, {k: [r["seconds"] for r in points[-1][k]]
+                                                  for k in ("small", "large")})
+    return {"day_rows": day_rows, "points": points}
+
+
+class BatchSteps(logging.Handler):
+    """The step times and silver's files read of the `IngestBatch` runs inside `recorded()`, as
+    their log line gives them (the stream's own account of a batch)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.last: Result = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from spark_jobs.timing import StepTimes
+
+        args = record.args if isinstance(record.args, tuple) else ()
+        timed = [a for a in args if isinstance(a, StepTimes)]
+        if "ingest batch" in str(record.msg) and timed:
+            match = re.search(r"silver's keys read from (\d+) file", record.getMessage())
+            self.last.update(steps_s=timed[0].rounded(3),
+                             silver_files_read=int(match.group(1)) if match else None)
+
+    @contextlib.contextmanager
+    def recorded(self) -> Iterator[Result]:
+        stream_log = logging.getLogger("spark_jobs.stream")
+        self.last = {}
+        stream_log.addHandler(self)
+        level = stream_log.level
+        stream_log.setLevel(logging.INFO)
+        try:
+            yield self.last
+        finally:
+            stream_log.removeHandler(self)
+            stream_log.setLevel(level)
+
+
 def one_batch_of_files(data: Dataset, pipeline: Pipeline) -> list[Path]:
     """The dataset's first whole files (in name order) within the byte bound of one micro-batch of
     the pipeline's files source, and at least one file. The profile times one such batch, as the
@@ -688,6 +793,7 @@ SPARK_WORKLOADS: dict[str, Callable[[SparkSession, Spec, Dataset, str], Result]]
     "latency": latency_once,
     "backfill": backfill_once,
     "ingest_profile": ingest_profile_once,
+    "silver_growth": silver_growth_once,
 }
 PROCESS_WORKLOADS: dict[str, Callable[[Spec, Dataset, str], Result]] = {
     "platform": platform_once,

@@ -7,9 +7,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -136,6 +138,38 @@ def test_the_ingest_profile_times_one_batch_of_the_catalogs_byte_bound(tmp_path:
     assert one_batch_of_files(data, pipeline) == files[:2]
     tiny = dataclasses.replace(pipeline, source=FileSource(max_bytes_per_trigger=1))
     assert one_batch_of_files(data, tiny) == files[:1]     # a file larger than the bound: alone
+
+
+def growth_point(silver_rows: int, small_s: list[float], large_s: list[float]) -> dict[str, Any]:
+    def runs(lines: int, seconds: list[float]) -> list[dict[str, Any]]:
+        return [{"lines": lines, "seconds": s, "steps_s": {"silver": s / 2}, "silver_files_read": 3}
+                for s in seconds]
+    return {"silver_rows": silver_rows, "silver_files": 3, "small": runs(50, small_s),
+            "large": runs(500, large_s)}
+
+
+@pytest.mark.parametrize(("small_at_10m", "reached"), [([2.1, 2.0, 2.3], True), ([2.9, 3.0, 3.1], False)])
+def test_the_growth_goal_compares_a_small_batchs_median_at_the_largest_silver_with_the_smallest(
+        tmp_path: Path, small_at_10m: list[float], reached: bool) -> None:
+    doc = document({"silver_growth": {"workload": "silver_growth", "runs": [], "points": [
+        growth_point(1_000_000, [2.0, 9.0, 2.1], [10.0, 11.0]),     # a slow run: the median holds
+        growth_point(10_000_000, small_at_10m, [12.0, 12.0])]}}, ["growth"])
+    doc["summary"] = s = report.summarise(doc)
+    [goal] = [g for g in s["goals"] if g["goal"].startswith("a micro-batch's cost as silver grows")]
+    assert goal["value"] == pytest.approx(statistics.median(small_at_10m) / 2.1)
+    assert goal["reached"] is reached
+    assert [(r["silver_rows"], r["small"]["seconds"], r["large"]["silver_s"]) for r in s["growth"]] == [
+        (1_000_000, 2.1, 5.25), (10_000_000, statistics.median(small_at_10m), 6.0)]
+    report.write(doc, tmp_path, stem="g")
+    assert "| 10,000,000 | 3 |" in (tmp_path / "g.md").read_text()
+    assert (tmp_path / "g-growth.png").is_file()
+
+
+def test_the_growth_goal_is_not_measured_without_two_sizes_of_silver() -> None:
+    doc = document({"silver_growth": {"workload": "silver_growth", "runs": [],
+                                      "points": [growth_point(1_000_000, [2.0], [10.0])]}}, ["growth"])
+    [goal] = [g for g in report.summarise(doc)["goals"] if g["goal"].startswith("a micro-batch's cost")]
+    assert goal["reached"] is None and goal["why_not_measured"] == "fewer than two sizes of silver measured"
 
 
 @pytest.mark.parametrize(("exact", "gigabytes", "reached"), [
