@@ -453,18 +453,18 @@ def plot(doc: Document, out: Path, stem: str) -> list[Path]:
     if len(s["growth"]) > 1:
         fig, ax = plt.subplots(figsize=(7, 4))
         for kind in ("small", "large"):
-            pts = [(r["silver_rows"], r[kind]) for r in s["growth"] if kind in r]
+            pts = [(r["silver_rows"] / 1e6, r[kind]) for r in s["growth"] if kind in r]
             if not pts:
                 continue
             line, = ax.plot([p[0] for p in pts], [p[1]["seconds"] for p in pts], marker="o",
                             label=f"{kind} batch ({pts[0][1]['lines']:,} lines): whole")
             ax.plot([p[0] for p in pts], [p[1]["silver_s"] for p in pts], marker="x", linestyle="--",
                     color=line.get_color(), label=f"{kind} batch: its silver write")
-        ax.set_xlabel("silver rows before the batch")
+        ax.set_xlabel("silver rows before the batch (millions)")
         ax.set_ylabel("seconds (median)")
-        ax.set_ylim(bottom=0)
+        ax.set_ylim(0, 1.4 * max(r[k]["seconds"] for r in s["growth"] for k in ("small", "large") if k in r))
         ax.set_title("One micro-batch's cost as silver grows")
-        ax.legend()
+        ax.legend(loc="upper left", ncol=2, fontsize="small")
         fig.tight_layout()
         written.append(_save(fig, out / f"{stem}-growth.png"))
         plt.close(fig)

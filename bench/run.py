@@ -2,7 +2,8 @@
 hand-written job, side by side in one invocation on the same files, written to
 `bench/results/<date>.json`, `<date>.md` and PNG plots.
 
-    python -m bench.run                 # ~1M lines: backlog, steady arrival, 4M scale point
+    python -m bench.run                 # ~1M lines: backlog, steady arrival, Kafka, a batch
+                                        # against silver of 1M-10M rows, 4M scale point
     python -m bench.run --no-scale      # without the 4M scale point (about half the time)
     python -m bench.run --quick         # tiny data: the smoke run `make test` uses
     python -m bench.run --only ceiling --only bare --only platform
@@ -44,11 +45,11 @@ from spark_jobs.home import REPO_ROOT
 log = logging.getLogger("bench.run")
 RESULTS = REPO_ROOT / "bench" / "results"
 # In the order they run: the baselines and the headline ratios first, so that a run cut short by
-# its budget still has them. `steady` is bare_steady + platform_steady; `scale` is ceiling, bare and
-# platform on the 4x input.
-DEFAULT = ("ceiling", "bare", "platform", "steady", "kafka", "scale")
-EXTRA = ("one_file", "ceiling_transforms", "latency", "backfill", "profile", "growth", "recovery", "dq",
-         "dag_parse")
+# its budget still has them. `steady` is bare_steady + platform_steady; `growth` is one micro-batch
+# timed against silver at each of the profile's sizes; `scale` is ceiling, bare and platform on the
+# 4x input.
+DEFAULT = ("ceiling", "bare", "platform", "steady", "kafka", "growth", "scale")
+EXTRA = ("one_file", "ceiling_transforms", "latency", "backfill", "profile", "recovery", "dq", "dag_parse")
 NAMES = DEFAULT + EXTRA
 # Measurements that set themselves up (broker, Airflow, their own data): `python -m bench.worker
 # NAME '{"workdir": ..., "quick": ...}'`, each with its own time limit.
