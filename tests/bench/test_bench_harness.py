@@ -88,7 +88,9 @@ def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path)
     assert kafka["value"] is None and kafka["why_not_measured"] == "not selected in this run"
     one_file = by_name["one landing file, default driver memory: ingested exactly once"]
     assert one_file["value"] is None and one_file["why_not_measured"] == "not selected in this run"
-    assert len(summary["goals"]) == 8
+    growth = by_name["a micro-batch's cost as silver grows"]
+    assert growth["value"] is None and growth["why_not_measured"] == "not selected in this run"
+    assert len(summary["goals"]) == 9
     assert {(r["job"], r["lines"]) for r in summary["scaling"]} >= {
         ("platform → silver", 1000), ("platform → silver", 4000), ("platform → gold", 4000)}
     paths = report.write(doc, tmp_path, stem="day")
