@@ -114,10 +114,12 @@ class KafkaSource:
     bootstrap_servers: str = "127.0.0.1:9092"
     starting_offsets: str = "earliest"
     # Bounded by default, so a backlog of any size (a new pipeline on a full topic, a reset to
-    # earliest, days of downtime) is taken in batches whose memory is known: 200k records of a
-    # few hundred bytes are ~50-100 MB per batch, within the default driver memory on 2 cores,
-    # and large enough that the fixed cost of a micro-batch stays small beside it.
-    max_offsets_per_trigger: int | None = 200_000
+    # earliest, days of downtime) is taken in batches whose memory is known. 500k records of about
+    # 250 bytes are about the files source's 128 MB bound, within the default driver memory on 2
+    # cores (the driver's peak RSS did not move from 200k); records of a few KB want a lower bound.
+    # Fewer batches pay the fixed cost of a micro-batch less often: the bench's 1 M records took
+    # 33.1-35.0 s of ingest in batches of 500k, 42.4-44.2 s in batches of 200k (docs/performance.md).
+    max_offsets_per_trigger: int | None = 500_000
     # For a cluster with more cores than the topic has partitions: a task reads at most this many
     # records, so a batch is read by more tasks than the topic's partitions (and every stage after
     # the read keeps that many). On 2 cores and 3 partitions it changed nothing: 50k-record tasks

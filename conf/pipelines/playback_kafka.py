@@ -23,7 +23,7 @@ PIPELINE = dataclasses.replace(
     events_table="playback_kafka_events",
     aggregation=dataclasses.replace(_base.aggregation, table="playback_kafka_qoe_1m"),
     sessions=dataclasses.replace(_base.sessions, table="playback_kafka_sessions"),
-    # Micro-batches of the catalog's default bound (200k records): a backlog is taken in batches
+    # Micro-batches of the catalog's default bound (500k records): a backlog is taken in batches
     # large enough that a batch's fixed cost (its commits, the dedupe lookups) stays small beside it.
     source=KafkaSource(topic="playback", bootstrap_servers="local", starting_offsets="earliest",
                        partitions=3),

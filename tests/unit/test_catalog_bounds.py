@@ -41,7 +41,7 @@ def test_a_bound_that_is_not_a_positive_whole_number_is_refused(make, message: s
 
 def test_the_defaults_and_the_explicit_opt_out_are_accepted() -> None:
     assert FileSource().max_files_per_trigger is None
-    assert KafkaSource("t").max_offsets_per_trigger == 200_000
+    assert KafkaSource("t").max_offsets_per_trigger == 500_000
     assert KafkaSource("t", max_offsets_per_trigger=None).max_offsets_per_trigger is None
     assert KafkaSource("t").max_records_per_partition is None
     assert KafkaSource("t", max_records_per_partition=50_000).max_records_per_partition == 50_000
