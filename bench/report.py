@@ -184,13 +184,19 @@ def growth_rows(doc: Document) -> list[dict[str, Any]]:
 
 
 def growth_goal(doc: Document) -> dict[str, Any]:
-    """A running stream's batch (the small one) at the largest silver against the smallest: issue
-    11 asks that it not grow; within 10 % is the noise of the runs."""
-    rows = [r for r in growth_rows(doc) if "small" in r]
-    value = (_ratio(rows[-1]["small"]["seconds"], rows[0]["small"]["seconds"]) if len(rows) > 1 else None)
+    """Each batch of the growth run (a running stream's small one, a backlog's large one) at the
+    largest silver against the smallest, the worse of the two: issue 11 asks that a batch's cost
+    not grow with silver. Within 10 % is the runs' noise: the small batch's medians at one size
+    differed by up to 8 % between runs."""
+    rows = growth_rows(doc)
+    growth = {kind: _ratio(with_kind[-1][kind]["seconds"], with_kind[0][kind]["seconds"])
+              for kind in ("small", "large")
+              if len(with_kind := [r for r in rows if kind in r]) > 1}
+    value = max((v for v in growth.values() if v is not None), default=None)
     sizes = f" ({rows[0]['silver_rows']:,} → {rows[-1]['silver_rows']:,} rows)" if len(rows) > 1 else ""
-    return {"goal": f"a micro-batch's cost as silver grows{sizes}", "target": "<= 1.1x",
-            "value": value, "reached": None if value is None else value <= 1.1,
+    return {"goal": f"a micro-batch's cost as silver grows{sizes}, the worse of a small and a large batch",
+            "target": "<= 1.1x", "value": value, "reached": None if value is None else value <= 1.1,
+            "by_batch": growth,
             "why_not_measured": None if value is not None else
             (_why(doc, "silver_growth") if not rows else "fewer than two sizes of silver measured")}
 
