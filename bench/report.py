@@ -189,9 +189,11 @@ def growth_goal(doc: Document) -> dict[str, Any]:
     not grow with silver. Within 10 % is the runs' noise: the small batch's medians at one size
     differed by up to 8 % between runs."""
     rows = growth_rows(doc)
-    growth = {kind: _ratio(with_kind[-1][kind]["seconds"], with_kind[0][kind]["seconds"])
-              for kind in ("small", "large")
-              if len(with_kind := [r for r in rows if kind in r]) > 1}
+    growth: dict[str, float | None] = {}
+    for kind in ("small", "large"):
+        medians = [r[kind]["seconds"] for r in rows if kind in r]
+        if len(medians) > 1:
+            growth[kind] = _ratio(medians[-1], medians[0])
     value = max((v for v in growth.values() if v is not None), default=None)
     sizes = f" ({rows[0]['silver_rows']:,} → {rows[-1]['silver_rows']:,} rows)" if len(rows) > 1 else ""
     return {"goal": f"a micro-batch's cost as silver grows{sizes}, the worse of a small and a large batch",
