@@ -1,6 +1,7 @@
 """Turn a suite run into its record: the JSON document, a markdown table, and PNG plots
-(rates side by side, throughput over time, the scale curve, latency). Ratios and goals are computed here, only
-from numbers measured in the same run; anything missing reads "not measured: <why>"."""
+(rates side by side, throughput over time, the scale curve, a batch as silver grows, latency).
+Ratios and goals are computed here, only from numbers measured in the same run; anything missing
+reads "not measured: <why>"."""
 
 from __future__ import annotations
 
@@ -404,7 +405,7 @@ def markdown_summary(doc: Document) -> str:
 
 def plot(doc: Document, out: Path, stem: str) -> list[Path]:
     """The plots, each only when its data was measured: rates side by side, throughput over time
-    (backlog and steady arrival), the scale curve, latency."""
+    (backlog and steady arrival), the scale curve, a batch's cost as silver grows, latency."""
     import matplotlib
 
     matplotlib.use("Agg")
