@@ -460,8 +460,8 @@ def silver_growth_once(spark: SparkSession, spec: Spec, data: Dataset, name: str
     ingest = IngestBatch(p, t)
     steps = BatchSteps()
     runs = itertools.count()
-    files = sorted(f for f in Path(data.path).iterdir() if not f.name.startswith((".", "_")))
-    batches = {"small": files[:1], "large": one_batch_of_files(data, p)}
+    large = one_batch_of_files(data, p)
+    batches = {"small": large[:1], "large": large}    # the first file, then the files of one bound
 
     def new_lines(paths: list[Path]) -> DataFrame:
         run = next(runs)
