@@ -141,12 +141,13 @@ class IngestBatch:
             if summary.dates:
                 # Derived from the cached batch as it is written, not materialised first: the
                 # keys looked up are the valid lines' (before the dedupe, so it runs once). An
-                # event resent with another event time stands under another date already: every
-                # partition's keys are read.
+                # event resent with another event time stands under another date already: its
+                # key may be in any partition, so it is looked up in silver's key index, which
+                # reads only the files committed since the last batch.
                 rows = transforms.silver(parsed, read_dimension(parsed.sparkSession, t), p)
                 keys = transforms.valid(parsed).select(p.key)
                 writes["silver"] = lambda: insert_absent(rows, t.silver, (p.key,), keys=keys,
-                                                         fencing=token)
+                                                         index=t.silver_index, fencing=token)
             done = run_concurrently(steps.timed(writes), what=f"{p.name} ingest batch {batch_id}")
             inserted = done.get("silver")
             new, read = (inserted.rows, inserted.files_read) if isinstance(inserted, Inserted) else (0, 0)
