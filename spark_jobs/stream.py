@@ -47,6 +47,7 @@ from spark_jobs.tables import (
     Fencing,
     Inserted,
     append_new,
+    close_key_indexes,
     in_list,
     insert_absent,
     key_ranges,
@@ -354,6 +355,7 @@ def run(pipeline: Pipeline, *, once: bool = False, home: WeirHome | None = None,
             with DriverMonitor(spark, home, lease, stop) as monitor:
                 _run_queries(spark, pipeline, home, once=once, stop=stop, monitor=monitor)
         finally:
+            close_key_indexes(spark)
             for key, value in before.items():
                 spark.conf.set(key, value)
 

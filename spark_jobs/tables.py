@@ -331,6 +331,12 @@ def insert_absent(df: DataFrame, path: Path, key: Sequence[str], *, keys: DataFr
     return retry_conflicts(insert, what=f"insert into {path}")
 
 
+def close_key_indexes(spark: SparkSession) -> None:
+    """Close the key indexes `insert_absent` opened in this driver (they stay open between its
+    batches, so their compactions run): at a driver's end, so the next holder can open them."""
+    spark.sparkContext._gateway.jvm.weir.KeyIndex.closeAll()  # type: ignore[attr-defined]
+
+
 def partitions_holding(df: DataFrame, path: Path, key: Sequence[str], partition: str) -> list[object]:
     """The values of `partition` under which the table at `path` holds a key of `df`: where an
     event already stands when its new copy would fall under another partition (an event resent

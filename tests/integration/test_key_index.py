@@ -7,12 +7,13 @@ registrations), and reads only the files it has not seen."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from delta.tables import DeltaTable
 
-from spark_jobs.tables import insert_absent, upsert
+from spark_jobs.tables import close_key_indexes, insert_absent, upsert
 from tests.helpers import table
 
 SCHEMA = "k string, v string, day string"
@@ -36,11 +37,12 @@ def keys_of(spark, path: Path) -> list[str]:
 
 
 @pytest.fixture
-def silver(spark, tmp_path: Path) -> tuple[Path, Path]:
+def silver(spark, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     path, index = tmp_path / "silver", tmp_path / "index"
     write(spark, path, [("k1", "old", "d1"), ("k2", "old", "d1")])
     write(spark, path, [("k3", "old", "d2")])
-    return path, index
+    yield path, index
+    close_key_indexes(spark)
 
 
 def test_the_index_reads_only_the_files_committed_since_its_last_use(spark, silver) -> None:
@@ -99,6 +101,7 @@ def test_registrations_a_crash_lost_are_read_again(spark, silver) -> None:
     unregistered (`KeyIndex`'s order of writes): the next use reads it again."""
     path, index = silver
     insert(spark, path, index, ["k4"])
+    close_key_indexes(spark)   # as at a driver's end: the process no longer holds it
     jvm = spark.sparkContext._gateway.jvm
     db = jvm.org.rocksdb.RocksDB.open(str(index))
     try:
@@ -121,6 +124,7 @@ def test_registrations_a_crash_lost_are_read_again(spark, silver) -> None:
 def test_an_index_another_process_holds_leaves_the_insert_to_read_the_table(spark, silver) -> None:
     path, index = silver
     insert(spark, path, index, ["k4"])
+    close_key_indexes(spark)
     jvm = spark.sparkContext._gateway.jvm
     held = jvm.org.rocksdb.RocksDB.open(str(index))   # as a fenced-out driver still running would
     try:

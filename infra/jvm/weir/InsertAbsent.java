@@ -75,12 +75,12 @@ public final class InsertAbsent {
         : txn.filterFiles(conjuncts(log, txn, prune), false);
     Dataset<Row> lookedUp = batchKeys == null ? rows : batchKeys;
     KeyIndex index = indexDir == null || prune != null ? null
-        : KeyIndex.tryOpen(indexDir, txn.snapshot(), key);
+        : KeyIndex.acquire(indexDir, txn.snapshot(), key);
     Dataset<Row> absent;
     long read;
     if (index != null) {
       // the whole table stays registered as read; only the files new to the index are
-      try (index) {
+      synchronized (index) {
         read = index.reconcile(log, txn.snapshot(), files);
         Column encoded = index.encoded();
         List<String> held = index.held(lookedUp.select(encoded).as(Encoders.STRING()));

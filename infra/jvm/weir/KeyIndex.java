@@ -8,7 +8,6 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
 import java.util.HashSet;
-import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -27,7 +26,6 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.types.TimestampType;
 import org.rocksdb.BlockBasedTableConfig;
 import org.rocksdb.BloomFilter;
-import org.rocksdb.FlushOptions;
 import org.rocksdb.LRUCache;
 import org.rocksdb.Options;
 import org.rocksdb.RocksDB;
@@ -64,26 +62,33 @@ import scala.jdk.javaapi.CollectionConverters;
  * doubled key, which only damage makes, can read as absent: inserted again, never lost).
  *
  * <p>The index belongs to one table (its Delta id) and one key: another table at the same path,
- * or another key, starts it afresh. One process opens it at a time (RocksDB's lock): the caller
- * falls back to reading the table's keys when {@link #tryOpen} returns null.
+ * or another key, starts it afresh. It stays open in the process that opened it, so RocksDB's
+ * compactions run between batches, until {@link #closeAll}; one process holds it at a time
+ * (RocksDB's lock), and the caller reads the table's keys instead when {@link #acquire} returns
+ * null (a driver that lost its lease and still runs holds it).
  */
-public final class KeyIndex implements AutoCloseable {
+public final class KeyIndex {
   private static final Logger LOG = LoggerFactory.getLogger(KeyIndex.class);
   private static final byte KEY = 'k';
   private static final byte FILE = 'f';
   private static final byte[] IDENTITY = "m:identity".getBytes(StandardCharsets.UTF_8);
   private static final byte[] NEXT_ID = "m:next".getBytes(StandardCharsets.UTF_8);
   private static final int CHUNK = 50_000;
+  private static final long GROUP_ROWS = 1_000_000;
 
   static {
     RocksDB.loadLibrary();
+    // an index left open at the JVM's exit is closed before RocksDB's own teardown runs
+    Runtime.getRuntime().addShutdownHook(new Thread(KeyIndex::closeAll, "weir-key-index-close"));
   }
+
+  private static final Map<String, KeyIndex> OPEN = new HashMap<>();
 
   private final Options options;
   private final LRUCache cache;
   private final RocksDB db;
-  private final StructType schema;
-  private final String[] key;
+  private StructType schema;
+  private String[] key;
   private final Set<Long> live = new HashSet<>();
 
   private KeyIndex(Options options, LRUCache cache, RocksDB db, StructType schema, String[] key) {
@@ -95,18 +100,44 @@ public final class KeyIndex implements AutoCloseable {
   }
 
   /**
-   * The index at {@code dir} of the table {@code snapshot} belongs to, by {@code key}; emptied
-   * first when it was built for another table or key. Null when another process holds it.
+   * The index at {@code dir} for the table {@code snapshot} belongs to, by {@code key}, opened
+   * once per process and emptied first when it was built for another table or key. Null when
+   * another process holds it. Its user holds its monitor while it reconciles and looks up.
    */
-  public static KeyIndex tryOpen(String dir, Snapshot snapshot, String[] key) throws RocksDBException {
+  public static synchronized KeyIndex acquire(String dir, Snapshot snapshot, String[] key)
+      throws RocksDBException {
+    KeyIndex index = OPEN.get(dir);
+    if (index == null) {
+      index = open(dir, snapshot.schema(), key);
+      if (index == null) {
+        return null;
+      }
+      OPEN.put(dir, index);
+    }
+    index.belongTo(snapshot, key);
+    return index;
+  }
+
+  /** Close every index this process holds (a driver's end). */
+  public static synchronized void closeAll() {
+    for (KeyIndex index : OPEN.values()) {
+      synchronized (index) {
+        index.db.close();
+        index.options.close();
+        index.cache.close();
+      }
+    }
+    OPEN.clear();
+  }
+
+  private static KeyIndex open(String dir, StructType schema, String[] key) throws RocksDBException {
     new java.io.File(dir).mkdirs();
     LRUCache cache = new LRUCache(64L << 20);
     Options options = new Options().setCreateIfMissing(true)
         .setTableFormatConfig(new BlockBasedTableConfig().setBlockCache(cache)
             .setFilterPolicy(new BloomFilter(10, false)).setCacheIndexAndFilterBlocks(true));
-    RocksDB db;
     try {
-      db = RocksDB.open(options, dir);
+      return new KeyIndex(options, cache, RocksDB.open(options, dir), schema, key);
     } catch (RocksDBException e) {
       options.close();
       cache.close();
@@ -117,15 +148,23 @@ public final class KeyIndex implements AutoCloseable {
       }
       throw e;
     }
-    KeyIndex index = new KeyIndex(options, cache, db, snapshot.schema(), key);
+  }
+
+  /** Empty the index unless it was built for this table and key (then only note them). */
+  private synchronized void belongTo(Snapshot snapshot, String[] key) throws RocksDBException {
+    schema = snapshot.schema();
+    this.key = key;
     StringBuilder spec = new StringBuilder(snapshot.metadata().id());
     for (String k : key) {
-      spec.append('|').append(k).append(' ').append(index.schema.apply(k).dataType().simpleString());
+      spec.append('|').append(k).append(' ').append(schema.apply(k).dataType().simpleString());
     }
     byte[] identity = spec.toString().getBytes(StandardCharsets.UTF_8);
     byte[] held = db.get(IDENTITY);
-    if (held != null && !Arrays.equals(held, identity)) {
-      LOG.warn("key index {} was built for another table or key: built afresh", dir);
+    if (held != null && Arrays.equals(held, identity)) {
+      return;
+    }
+    if (held != null) {
+      LOG.warn("key index was built for another table or key: built afresh");
       try (RocksIterator it = db.newIterator(); WriteBatch all = new WriteBatch();
            WriteOptions write = new WriteOptions()) {
         for (it.seekToFirst(); it.isValid(); it.next()) {
@@ -133,12 +172,8 @@ public final class KeyIndex implements AutoCloseable {
         }
         db.write(write, all);
       }
-      held = null;
     }
-    if (held == null) {
-      db.put(IDENTITY, identity);
-    }
-    return index;
+    db.put(IDENTITY, identity);
   }
 
   /**
@@ -197,24 +232,26 @@ public final class KeyIndex implements AutoCloseable {
         ids.put(identity(add), firstId + i);
         byPath.put(new Path(log.dataPath(), new Path(uri(add.path()))).toUri().getPath(), id);
       }
-      Dataset<Row> keys = log.createDataFrame(snapshot,
-              CollectionConverters.asScala(missing).toList(), false, Option.empty())
-          .select(encoded().alias("k"), functions.col("_metadata.file_path").alias("f"));
+      Map<String, byte[]> byFilePath = new HashMap<>();   // as `_metadata.file_path` spells it
       WriteBatch chunk = new WriteBatch();
       try {
-        Iterator<Row> rows = keys.toLocalIterator();
-        while (rows.hasNext()) {
-          Row row = rows.next();
-          byte[] id = byPath.get(normalised(row.getString(1)));
-          if (id == null) {
-            throw new IllegalStateException("key index: a row of " + row.getString(1)
-                + " that is none of the files read (" + byPath.keySet() + ")");
-          }
-          chunk.put(prefixed(KEY, row.getString(0)), id);
-          if (chunk.count() >= CHUNK) {
-            db.write(write, chunk);
-            chunk.close();
-            chunk = new WriteBatch();
+        for (List<AddFile> group : groups(missing)) {
+          List<Row> rows = log.createDataFrame(snapshot, CollectionConverters.asScala(group).toList(),
+                  false, Option.empty())
+              .select(encoded().alias("k"), functions.col("_metadata.file_path").alias("f"))
+              .collectAsList();
+          for (Row row : rows) {
+            byte[] id = byFilePath.computeIfAbsent(row.getString(1), f -> byPath.get(normalised(f)));
+            if (id == null) {
+              throw new IllegalStateException("key index: a row of " + row.getString(1)
+                  + " that is none of the files read (" + byPath.keySet() + ")");
+            }
+            chunk.put(prefixed(KEY, row.getString(0)), id);
+            if (chunk.count() >= CHUNK) {
+              db.write(write, chunk);
+              chunk.close();
+              chunk = new WriteBatch();
+            }
           }
         }
         for (Map.Entry<String, Long> e : ids.entrySet()) {
@@ -229,29 +266,51 @@ public final class KeyIndex implements AutoCloseable {
     return missing.size();
   }
 
-  /** The keys of {@code encodedKeys} (as {@link #encoded} gives them) that a live file holds. */
+  /**
+   * The keys of {@code encodedKeys} (as {@link #encoded} gives them) that a live file holds. They
+   * are collected: the caller bounds them (one micro-batch).
+   */
   public List<String> held(Dataset<String> encodedKeys) throws RocksDBException {
+    List<String> keys = encodedKeys.collectAsList();
     List<String> held = new ArrayList<>();
-    List<String> chunk = new ArrayList<>(CHUNK);
-    Iterator<String> keys = encodedKeys.toLocalIterator();
-    while (keys.hasNext()) {
-      chunk.add(keys.next());
-      if (chunk.size() == CHUNK || !keys.hasNext()) {
-        List<byte[]> lookups = new ArrayList<>(chunk.size());
-        for (String k : chunk) {
-          lookups.add(prefixed(KEY, k));
+    for (int from = 0; from < keys.size(); from += CHUNK) {
+      List<String> chunk = keys.subList(from, Math.min(keys.size(), from + CHUNK));
+      List<byte[]> lookups = new ArrayList<>(chunk.size());
+      for (String k : chunk) {
+        lookups.add(prefixed(KEY, k));
+      }
+      List<byte[]> found = db.multiGetAsList(lookups);
+      for (int i = 0; i < chunk.size(); i++) {
+        byte[] id = found.get(i);
+        if (id != null && live.contains(ByteBuffer.wrap(id).getLong())) {
+          held.add(chunk.get(i));
         }
-        List<byte[]> found = db.multiGetAsList(lookups);
-        for (int i = 0; i < chunk.size(); i++) {
-          byte[] id = found.get(i);
-          if (id != null && live.contains(ByteBuffer.wrap(id).getLong())) {
-            held.add(chunk.get(i));
-          }
-        }
-        chunk.clear();
       }
     }
     return held;
+  }
+
+  /** {@code files} in groups of at most {@link #GROUP_ROWS} rows (a file of more alone): each
+   * group's keys are read by one Spark job and held on the heap at once. */
+  private static List<List<AddFile>> groups(List<AddFile> files) {
+    List<List<AddFile>> groups = new ArrayList<>();
+    List<AddFile> group = new ArrayList<>();
+    long rows = 0;
+    for (AddFile add : files) {
+      long n = add.numLogicalRecords().isDefined() ? (Long) add.numLogicalRecords().get()
+          : add.size() / 16;   // no statistics: a guess at a row per 16 bytes
+      if (!group.isEmpty() && rows + n > GROUP_ROWS) {
+        groups.add(group);
+        group = new ArrayList<>();
+        rows = 0;
+      }
+      group.add(add);
+      rows += n;
+    }
+    if (!group.isEmpty()) {
+      groups.add(group);
+    }
+    return groups;
   }
 
   /** Registered files: identity → id. */
@@ -265,18 +324,6 @@ public final class KeyIndex implements AutoCloseable {
       }
     }
     return out;
-  }
-
-  /** Flushed, so the next open replays no log. */
-  @Override
-  public void close() throws RocksDBException {
-    try (FlushOptions flush = new FlushOptions().setWaitForFlush(true)) {
-      db.flush(flush);
-    } finally {
-      db.close();
-      options.close();
-      cache.close();
-    }
   }
 
   private static String identity(AddFile add) {
