@@ -19,8 +19,7 @@ class PathEscapeError(UserError, ValueError):
 
 @dataclass(frozen=True)
 class WeirHome:
-    """Paths under the platform root: landing, tables, key indexes, checkpoints, backups, dq, airflow,
-    logs."""
+    """Paths under the platform root: landing, tables, checkpoints, backups, dq, airflow, logs."""
 
     root: Path
 
@@ -41,11 +40,6 @@ class WeirHome:
     @property
     def tables(self) -> Path:
         return self.root / "tables"
-
-    def key_index(self, layer: str, name: str) -> Path:
-        """The key index of a table (`tables.insert_absent`): a cache beside the table, made
-        afresh from it when missing, so nothing backs it up or restores it."""
-        return self.root / "indexes" / self.table(layer, name).relative_to(self.tables)
 
     def checkpoints(self, pipeline: str) -> Path:
         return self.root / "checkpoints" / pipeline

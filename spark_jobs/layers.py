@@ -26,7 +26,6 @@ class PipelineTables:
     gold: Path
     dimension: Path | None
     sessions: Path | None = None
-    silver_index: Path | None = None   # silver's key index (`tables.insert_absent`)
 
     @classmethod
     def of(cls, home: WeirHome, pipeline: Pipeline) -> PipelineTables:
@@ -38,7 +37,6 @@ class PipelineTables:
             gold=home.table("gold", pipeline.gold_table),
             dimension=home.table("dim", dim.table) if dim else None,
             sessions=home.table("gold", pipeline.sessions.table) if pipeline.sessions else None,
-            silver_index=home.key_index("silver", pipeline.events_table),
         )
 
     def outputs(self) -> dict[str, Path]:

@@ -47,7 +47,6 @@ from spark_jobs.tables import (
     Fencing,
     Inserted,
     append_new,
-    close_key_indexes,
     in_list,
     insert_absent,
     key_ranges,
@@ -142,13 +141,12 @@ class IngestBatch:
             if summary.dates:
                 # Derived from the cached batch as it is written, not materialised first: the
                 # keys looked up are the valid lines' (before the dedupe, so it runs once). An
-                # event resent with another event time stands under another date already: its
-                # key may be in any partition, so it is looked up in silver's key index, which
-                # reads only the files committed since the last batch.
+                # event resent with another event time stands under another date already: every
+                # partition's keys are read.
                 rows = transforms.silver(parsed, read_dimension(parsed.sparkSession, t), p)
                 keys = transforms.valid(parsed).select(p.key)
                 writes["silver"] = lambda: insert_absent(rows, t.silver, (p.key,), keys=keys,
-                                                         index=t.silver_index, fencing=token)
+                                                         fencing=token)
             done = run_concurrently(steps.timed(writes), what=f"{p.name} ingest batch {batch_id}")
             inserted = done.get("silver")
             new, read = (inserted.rows, inserted.files_read) if isinstance(inserted, Inserted) else (0, 0)
@@ -355,7 +353,6 @@ def run(pipeline: Pipeline, *, once: bool = False, home: WeirHome | None = None,
             with DriverMonitor(spark, home, lease, stop) as monitor:
                 _run_queries(spark, pipeline, home, once=once, stop=stop, monitor=monitor)
         finally:
-            close_key_indexes(spark)
             for key, value in before.items():
                 spark.conf.set(key, value)
 

@@ -290,8 +290,7 @@ class Inserted:
 
 
 def insert_absent(df: DataFrame, path: Path, key: Sequence[str], *, keys: DataFrame | None = None,
-                  prune: str | None = None, index: Path | None = None,
-                  fencing: Fencing | None = None) -> Inserted:
+                  prune: str | None = None, fencing: Fencing | None = None) -> Inserted:
     """Insert the rows of `df` (unique by `key`) whose key the table at `path` does not hold yet.
 
     One Delta transaction reads the key columns of the table and commits the new rows
@@ -303,14 +302,7 @@ def insert_absent(df: DataFrame, path: Path, key: Sequence[str], *, keys: DataFr
     `keys` holds the keys to look up (default: `df`'s); any superset will do, such as the keys
     before a dedupe, which then runs once. `prune` (SQL on the target `t`, as `key_ranges` gives)
     bounds where a key can stand, and only the files Delta's statistics leave are read; without it
-    every partition is (a key may stand under any).
-
-    `index` (a folder; not with `prune`) keeps the table's key index there
-    (`infra/jvm/weir/KeyIndex.java`): the keys are looked up in it, and only the files committed
-    since its last use are read, so the cost follows the batch, not the table. The index is a
-    cache, exact by reconciling itself with the transaction's snapshot at each use: made afresh
-    when missing or built for another table, never a source of truth. The whole table stays
-    registered as read, so the conflicts are those of the read it replaces."""
+    every partition is (a key may stand under any)."""
     spark = df.sparkSession
     gateway = spark.sparkContext._gateway  # type: ignore[attr-defined]
     names = gateway.new_array(gateway.jvm.java.lang.String, len(key))
@@ -322,19 +314,12 @@ def insert_absent(df: DataFrame, path: Path, key: Sequence[str], *, keys: DataFr
         rows, files = gateway.jvm.weir.InsertAbsent.insert(
             spark._jsparkSession, str(path), df._jdf,  # type: ignore[attr-defined]
             None if keys is None else keys._jdf, names, prune,
-            fencing.app_id if fencing is not None else None, version,
-            None if index is None else str(index))
+            fencing.app_id if fencing is not None else None, version)
         if fencing is not None:
             fencing.landed(path, version)   # -1 rows: skipped, a newer holder's version is there
         return Inserted(rows=int(rows), files_read=int(files))
 
     return retry_conflicts(insert, what=f"insert into {path}")
-
-
-def close_key_indexes(spark: SparkSession) -> None:
-    """Close the key indexes `insert_absent` opened in this driver (they stay open between its
-    batches, so their compactions run): at a driver's end, so the next holder can open them."""
-    spark.sparkContext._gateway.jvm.weir.KeyIndex.closeAll()  # type: ignore[attr-defined]
 
 
 def partitions_holding(df: DataFrame, path: Path, key: Sequence[str], partition: str) -> list[object]:

@@ -5,7 +5,6 @@ import java.util.Arrays;
 import java.util.List;
 import org.apache.spark.sql.Column;
 import org.apache.spark.sql.Dataset;
-import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.SaveMode;
 import org.apache.spark.sql.SparkSession;
@@ -20,7 +19,6 @@ import org.apache.spark.sql.delta.actions.AddFile;
 import org.apache.spark.sql.delta.actions.FileAction;
 import org.apache.spark.sql.delta.actions.SetTransaction;
 import org.apache.spark.sql.functions;
-import org.rocksdb.RocksDBException;
 import scala.Option;
 import scala.collection.immutable.Seq;
 import scala.jdk.javaapi.CollectionConverters;
@@ -45,8 +43,6 @@ import scala.jdk.javaapi.CollectionConverters;
  * or a higher one, as Delta's own writers skip such a write; otherwise it records the version.
  */
 public final class InsertAbsent {
-  private static final String HELD = "_weir_held_key";
-
   private InsertAbsent() {}
 
   /**
@@ -56,15 +52,11 @@ public final class InsertAbsent {
    * to run twice than the rows'. {@code prune} (SQL on the table's columns, qualified
    * {@code t.}; null: the whole table) bounds where a key of {@code rows} can stand: only the
    * files Delta's statistics cannot rule out are read, and only they are registered as read.
-   * With {@code indexDir} (and no {@code prune}), the keys are looked up in the table's
-   * {@link KeyIndex} there instead, and only the files new to it are read: the whole table stays
-   * registered as read, so the conflicts are the same. Returns {rows inserted, files read}; rows
-   * inserted is -1 when the write was skipped because the table already carries {@code appId} at
-   * {@code version} or above.
+   * Returns {rows inserted, files read}; rows inserted is -1 when the write was skipped because
+   * the table already carries {@code appId} at {@code version} or above.
    */
   public static long[] insert(SparkSession spark, String path, Dataset<Row> rows,
-      Dataset<Row> batchKeys, String[] key, String prune, String appId, long version,
-      String indexDir) throws RocksDBException {
+      Dataset<Row> batchKeys, String[] key, String prune, String appId, long version) {
     DeltaLog log = DeltaLog.forTable(spark, path);
     OptimisticTransaction txn = log.startTransaction();
     if (appId != null && txn.txnVersion(appId) >= version) {
@@ -73,29 +65,12 @@ public final class InsertAbsent {
     // what is read is registered with the transaction: a concurrent change to it conflicts
     Seq<AddFile> files = prune == null ? txn.filterFiles()
         : txn.filterFiles(conjuncts(log, txn, prune), false);
-    Dataset<Row> lookedUp = batchKeys == null ? rows : batchKeys;
-    KeyIndex index = indexDir == null || prune != null ? null
-        : KeyIndex.acquire(indexDir, txn.snapshot(), key);
-    Dataset<Row> absent;
-    long read;
-    if (index != null) {
-      // the whole table stays registered as read; only the files new to the index are
-      synchronized (index) {
-        read = index.reconcile(log, txn.snapshot(), files);
-        Column encoded = index.encoded();
-        List<String> held = index.held(lookedUp.select(encoded).as(Encoders.STRING()));
-        Dataset<Row> found = spark.createDataset(held, Encoders.STRING()).toDF(HELD);
-        absent = rows.withColumn(HELD, encoded).join(functions.broadcast(found), HELD, "left_anti")
-            .drop(HELD);
-      }
-    } else {
-      Column[] keys = Arrays.stream(key).map(functions::col).toArray(Column[]::new);
-      Dataset<Row> held = log.createDataFrame(txn.snapshot(), files, false, Option.empty())
-          .select(keys)
-          .join(functions.broadcast(lookedUp.select(keys)), key, "left_semi");
-      absent = rows.join(functions.broadcast(held), key, "left_anti");
-      read = files.size();
-    }
+    Column[] keys = Arrays.stream(key).map(functions::col).toArray(Column[]::new);
+    Dataset<Row> held = log.createDataFrame(txn.snapshot(), files, false, Option.empty())
+        .select(keys)
+        .join(functions.broadcast((batchKeys == null ? rows : batchKeys).select(keys)), key,
+            "left_semi");
+    Dataset<Row> absent = rows.join(functions.broadcast(held), key, "left_anti");
     Dataset<Row> aligned = absent.select(Arrays.stream(txn.snapshot().schema().fields())
         .map(f -> functions.col(quoted(f.name())).cast(f.dataType()).alias(f.name()))
         .toArray(Column[]::new));
@@ -113,7 +88,7 @@ public final class InsertAbsent {
         Option.empty(), Option.empty(), Option.empty(), Option.empty(), Option.empty(),
         Option.empty(), Option.empty());
     txn.commit(CollectionConverters.asScala(actions).toList(), operation);
-    return new long[] {inserted, read};
+    return new long[] {inserted, files.size()};
   }
 
   /** {@code prune}, resolved against the columns of the transaction's snapshot (a frame of no
