@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -29,7 +30,11 @@ def keys(spark: Any, n: int, tag: str, files: int) -> Any:
     return spark.range(n).repartition(files).select(key.alias("k"), F.xxhash64(key).alias("h"))
 
 
+COLUMNS = {"key": "k", "xxhash64": "h"}   # what is scanned → its column
+
+
 def scan_times(table: Any, batch: Any, column: str, runs: int = 3) -> list[float]:
+    """Seconds of each of `runs` broadcast semi-joins of `batch` against `table` on `column`."""
     from pyspark.sql import functions as F
 
     times = []
@@ -57,11 +62,11 @@ def main(argv: list[str] | None = None) -> int:
             for size in args.batch or [50_000, 500_000]:
                 batch = keys(spark, size, f"b{size}", 2).persist()
                 batch.count()
-                for column in ("k", "h"):
+                for scanned, column in COLUMNS.items():
                     times = scan_times(table, batch, column)
-                    print(json.dumps({"rows": rows, "batch": size,
-                                      "column": "key" if column == "k" else "xxhash64",
-                                      "seconds": times, "median_s": sorted(times)[1]}), flush=True)
+                    print(json.dumps({"rows": rows, "batch": size, "column": scanned,
+                                      "seconds": times, "median_s": statistics.median(times)}),
+                          flush=True)
                 batch.unpersist()
     finally:
         shutil.rmtree(root, ignore_errors=True)
