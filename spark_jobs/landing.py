@@ -61,6 +61,8 @@ from spark_jobs.landing_manifest import (
 )
 
 if TYPE_CHECKING:
+    import threading
+
     from pyspark.sql import DataFrame, SparkSession
 
 JVM_SOURCE = "weir.LandingSource"
@@ -128,9 +130,10 @@ def _size_option(options: Mapping[str, str], key: str, default: int) -> int:
 class LandingPlanner:
     """The driver side of the landing source (`weir.LandingPlanner`, called by the JVM through
     py4j): the manifest, offsets, admission control and each task's byte ranges. Offsets cross as
-    JSON strings. The manifest is loaded on first use."""
+    JSON strings. The manifest is loaded on first use. Once `stopping` is set (the driver stops at
+    a batch boundary), no further batch is planned: the one in flight is the last."""
 
-    def __init__(self, options: Mapping[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str], stopping: threading.Event | None = None) -> None:
         path = options.get("path")
         manifest = options.get("manifest")
         if not path or not manifest:
@@ -147,6 +150,7 @@ class LandingPlanner:
         self.max_files_per_trigger = int(files) if files else None
         self._manifest: Manifest | None = None
         self._target: Position | None = None  # set by prepareForTriggerAvailableNow
+        self.stopping = stopping
 
     @property
     def manifest(self) -> Manifest:
@@ -182,8 +186,11 @@ class LandingPlanner:
         self._target = Position(len(self.manifest), 0)
 
     def latestOffset(self, start: str, max_bytes: int) -> str:
-        """The end of the next micro-batch: at most `max_bytes` after `start` (negative: all)."""
+        """The end of the next micro-batch: at most `max_bytes` after `start` (negative: all);
+        `start` itself (no batch) once the driver is stopping."""
         begin = self._checked(json.loads(start))
+        if self.stopping is not None and self.stopping.is_set():
+            return self._offset(begin)
         if self._target is None:
             discover(self.manifest)  # persisted before the offset below can refer to it
         stop = self._target or Position(len(self.manifest), 0)
@@ -208,13 +215,14 @@ class LandingPlanner:
         implements: ClassVar[list[str]] = ["weir.LandingPlanner"]
 
 
-def read_stream(spark: SparkSession, options: Mapping[str, str]) -> DataFrame:
+def read_stream(spark: SparkSession, options: Mapping[str, str],
+                stopping: threading.Event | None = None) -> DataFrame:
     """The landing folder `options["path"]` as a stream of lines (the rows above), planned by a
     `LandingPlanner` over `options` (`path`, `manifest`, and optionally `maxBytesPerTrigger`,
-    `maxBytesPerPartition`, `maxFilesPerTrigger`)."""
+    `maxBytesPerPartition`, `maxFilesPerTrigger`) that plans nothing more once `stopping` is set."""
     from pyspark.java_gateway import ensure_callback_server_started
 
-    planner = LandingPlanner(options)
+    planner = LandingPlanner(options, stopping)
     gateway = spark.sparkContext._gateway  # type: ignore[attr-defined]
     ensure_callback_server_started(gateway)
     planner_id = gateway.jvm.weir.LandingSource.register(planner)

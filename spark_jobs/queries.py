@@ -16,6 +16,7 @@ from spark_jobs.sources import read_stream
 from spark_jobs.topology import has_started
 
 if TYPE_CHECKING:
+    import threading
     from pathlib import Path
 
     from pyspark.sql import DataFrame, SparkSession
@@ -25,9 +26,10 @@ if TYPE_CHECKING:
     from spark_jobs.layers import PipelineTables
 
 
-def ingest(spark: SparkSession, pipeline: Pipeline, home: WeirHome) -> DataFrame:
-    """Bronze-shaped rows from the pipeline's source."""
-    return read_stream(spark, pipeline, home)
+def ingest(spark: SparkSession, pipeline: Pipeline, home: WeirHome,
+           stopping: threading.Event | None = None) -> DataFrame:
+    """Bronze-shaped rows from the pipeline's source (`sources.read_stream`)."""
+    return read_stream(spark, pipeline, home, stopping)
 
 
 # Keys of the `userMetadata` JSON of the commit that rebuilt a table read from silver (gold, the
@@ -117,10 +119,11 @@ def sessions(spark: SparkSession, pipeline: Pipeline, tables: PipelineTables,
 
 
 def build(spark: SparkSession, pipeline: Pipeline, home: WeirHome, tables: PipelineTables,
-          query: str) -> DataFrame:
-    """The streaming DataFrame of `query` (one of `topology.QUERIES`)."""
+          query: str, stopping: threading.Event | None = None) -> DataFrame:
+    """The streaming DataFrame of `query` (one of `topology.QUERIES`); ingest plans no further
+    batch once `stopping` is set, where its source allows (`sources.read_stream`)."""
     if query == "ingest":
-        return ingest(spark, pipeline, home)
+        return ingest(spark, pipeline, home, stopping)
     if query == "gold":
         return gold(spark, pipeline, tables, home)
     if query == "sessions":

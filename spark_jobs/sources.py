@@ -14,6 +14,8 @@ from spark_jobs.topology import checkpoint_location
 from spark_jobs.transforms import BRONZE_SCHEMA
 
 if TYPE_CHECKING:
+    import threading
+
     from pyspark.sql import DataFrame, SparkSession
 
     from spark_jobs.catalog import Pipeline
@@ -22,16 +24,27 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def read_stream(spark: SparkSession, pipeline: Pipeline, home: WeirHome) -> DataFrame:
+def read_stream(spark: SparkSession, pipeline: Pipeline, home: WeirHome,
+                stopping: threading.Event | None = None) -> DataFrame:
+    """The pipeline's source as a stream. Once `stopping` is set, a source that `holds_planning`
+    plans no further batch, so the driver stops right after the one in flight."""
     source = pipeline.source
     if isinstance(source, FileSource):
-        return _files(spark, pipeline, home, source)
+        return _files(spark, pipeline, home, source, stopping)
     if isinstance(source, KafkaSource):
         return _kafka(spark, pipeline, home, source)
     raise TypeError(f"unknown source {source!r}")
 
 
-def _files(spark: SparkSession, pipeline: Pipeline, home: WeirHome, source: FileSource) -> DataFrame:
+def holds_planning(pipeline: Pipeline) -> bool:
+    """Whether the pipeline's source plans no further batch once the driver is stopping: the
+    landing folder's planner is Weir's; Kafka's is Spark's, and keeps planning while a backlog
+    lasts (`stream.stop_at_batch_boundary`)."""
+    return isinstance(pipeline.source, FileSource)
+
+
+def _files(spark: SparkSession, pipeline: Pipeline, home: WeirHome, source: FileSource,
+           stopping: threading.Event | None) -> DataFrame:
     """Lines of the landing folder's files (`spark_jobs.landing`): `source` names the file and
     its content digest, `position` is the line's byte offset in the file. Files whose name starts
     with `.` or `_` are ignored, so writers write there and rename when complete. The reader's
@@ -45,7 +58,7 @@ def _files(spark: SparkSession, pipeline: Pipeline, home: WeirHome, source: File
                "maxBytesPerPartition": str(source.max_bytes_per_partition)}
     if source.max_files_per_trigger:
         options["maxFilesPerTrigger"] = str(source.max_files_per_trigger)
-    return bronze_columns(landing.read_stream(spark, options), value=F.col("value"),
+    return bronze_columns(landing.read_stream(spark, options, stopping), value=F.col("value"),
                           source=F.col("source"), position=F.col("position"), raw_bytes=F.col("raw"))
 
 

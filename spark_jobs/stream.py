@@ -26,7 +26,7 @@ import operator
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -43,6 +43,7 @@ from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables, ensure_tables, read_dimension
 from spark_jobs.quality import rules as row_rules
 from spark_jobs.session import build_session
+from spark_jobs.sources import holds_planning
 from spark_jobs.tables import (
     Fencing,
     Inserted,
@@ -289,8 +290,10 @@ class SessionsBatch:
 
 
 def start_query(spark: SparkSession, pipeline: Pipeline, home: WeirHome, tables: PipelineTables,
-                query: str, *, once: bool) -> StreamingQuery:
-    frame = queries.build(spark, pipeline, home, tables, query)
+                query: str, *, once: bool, stopping: threading.Event | None = None) -> StreamingQuery:
+    """Start `query`: to the end of what is available with `once`, else on the pipeline's trigger,
+    planning no further batch once `stopping` is set where its source allows (`queries.build`)."""
+    frame = queries.build(spark, pipeline, home, tables, query, stopping)
     if query == "ingest":
         sink = frame.writeStream.foreachBatch(IngestBatch(pipeline, tables))
     elif query == "sessions":
@@ -316,17 +319,39 @@ class StreamFailedError(RuntimeError):
     pass
 
 
-def stop_at_batch_boundary(queries: list[StreamingQuery], timeout_s: float = STOP_TIMEOUT_S) -> bool:
-    """Stop each query between two micro-batches; after `timeout_s` stop it anyway (the replay
-    of an interrupted batch is a no-op). Returns whether every stop was graceful."""
-    graceful = True
-    for query in queries:
-        deadline = time.monotonic() + timeout_s
-        while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+def stop_at_batch_boundary(queries: list[StreamingQuery], timeout_s: float = STOP_TIMEOUT_S, *,
+                           unending: Collection[str] = ()) -> bool:
+    """Stop each query between two micro-batches, all of them watched at once. After `timeout_s`
+    a query is stopped anyway. Returns whether every query stopped at a boundary.
+
+    A query is stopped as soon as it is idle. Once the driver is stopping, the landing source
+    plans nothing more (`start_query`), and silver soon stops changing for gold and sessions. So
+    each query goes idle after the batch it has in flight, with every planned batch committed.
+
+    The queries named in `unending` read a source that keeps planning while a backlog lasts
+    (Kafka's, which is Spark's). Such a query is stopped once its batch in flight has committed.
+    The stop interrupts the batch planned meanwhile, and its replay at the next start is a no-op.
+    So a stop takes about one batch, however long the backlog."""
+    in_flight = {query.id: _last_batch(query) + 1 for query in queries}
+    deadline = time.monotonic() + timeout_s
+    graceful, pending = True, list(queries)
+    while pending:
+        for query in list(pending):
+            at_boundary = not query.isActive or not query.status.get("isTriggerActive") or (
+                query.name in unending and _last_batch(query) >= in_flight[query.id])
+            if at_boundary or time.monotonic() >= deadline:
+                graceful &= at_boundary
+                query.stop()
+                pending.remove(query)
+        if pending:
             time.sleep(0.05)
-        graceful &= not (query.isActive and query.status.get("isTriggerActive"))
-        query.stop()
     return graceful
+
+
+def _last_batch(query: StreamingQuery) -> int:
+    """The id of the query's latest finished batch in this run, -1 before its first."""
+    progress = query.lastProgress
+    return -1 if progress is None else int(progress["batchId"])
 
 
 def run(pipeline: Pipeline, *, once: bool = False, home: WeirHome | None = None,
@@ -395,7 +420,8 @@ def _run_queries(spark: SparkSession, pipeline: Pipeline, home: WeirHome, *, onc
     if stop.is_set():  # stopped while starting up: no query to start, nothing to replay
         log.info("%s: stop requested before the queries started", pipeline.name)
         return
-    queries = [start_query(spark, pipeline, home, tables, name, once=False) for name in queries_of(pipeline)]
+    queries = [start_query(spark, pipeline, home, tables, name, once=False, stopping=stop)
+               for name in queries_of(pipeline)]
     monitor.watch(queries)
     log.info("%s running: %s", pipeline.name, ", ".join(q.name for q in queries))
     try:
@@ -406,7 +432,8 @@ def _run_queries(spark: SparkSession, pipeline: Pipeline, home: WeirHome, *, onc
                     f"{failed[0].name} stopped: {failed[0].exception() or 'no error reported'}")
     finally:
         monitor.state = "stopping"
-        graceful = stop_at_batch_boundary([q for q in queries if q.isActive])
+        unending = () if holds_planning(pipeline) else (query_name(pipeline, "ingest"),)
+        graceful = stop_at_batch_boundary([q for q in queries if q.isActive], unending=unending)
         log.info("%s stopped (%s)", pipeline.name, "at a batch boundary" if graceful else "forced")
 
 
