@@ -38,6 +38,7 @@ from tests.kafka.harness import (
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(1800)]
 PIPELINE = "playback_kafka"
+BATCH = 20   # offsets per trigger (of the three partitions together)
 
 
 def assert_layers_exact(spark, home: WeirHome, records: dict[tuple[str, int, int], str],  # type: ignore[no-untyped-def]
@@ -61,10 +62,10 @@ def produce_files(broker: Broker, topic: str, written: Written) -> None:
         kafka.produce_lines(broker.connection, topic, kafka.landing_lines(path))
 
 
-def test_kill9_driver_mid_stream_then_restart_every_offset_once(
+def test_sigterm_then_kill9_mid_backlog_then_restart_every_offset_once(
         spark, home: WeirHome, broker: Broker, topic: str, tmp_path: Path) -> None:
     written = generate(tmp_path / "feed", files=2, sessions_per_file=8, seed=11)
-    conf = write_catalog(tmp_path / "conf", topic, broker.bootstrap, max_offsets_per_trigger=60)
+    conf = write_catalog(tmp_path / "conf", topic, broker.bootstrap, max_offsets_per_trigger=BATCH)
     # A secret in the environment, as a deploy passes one: the Java client takes it (unused on
     # PLAINTEXT); it must never reach a command line or a log.
     secret = {"WEIR_KAFKA_SSL_TRUSTSTORE_PASSWORD": f"canary-{uuid.uuid4().hex}"}
@@ -77,10 +78,21 @@ def test_kill9_driver_mid_stream_then_restart_every_offset_once(
     assert len(records) == written.lines and written.bad_lines and written.duplicate_lines
 
     bronze = home.table("bronze", "playback_kafka_events")
+    # A SIGTERM does not wait for the backlog: the batch in flight commits, and the one Kafka's
+    # source planned meanwhile is interrupted (the restart replays it).
     driver = Driver(home, conf, env=secret)
     try:
         wait_for(lambda: delta_row_count(bronze) > 0, 900, "the first bronze batch", driver)
         assert command_lines_holding(secret["WEIR_KAFKA_SSL_TRUSTSTORE_PASSWORD"]) == []
+    finally:
+        assert driver.terminate() == 0, driver.tail()
+    assert "stopped (at a batch boundary)" in driver.tail(400), driver.tail()
+    stopped_at = delta_row_count(bronze)
+    assert stopped_at <= 3 * BATCH < len(records), f"the stop waited for the backlog: {stopped_at} records"
+
+    driver = Driver(home, conf, env=secret)
+    try:
+        wait_for(lambda: delta_row_count(bronze) > stopped_at, 900, "a bronze batch after the stop", driver)
         time.sleep(random.uniform(0, 3))  # then mid-way through a later batch
     finally:
         driver.kill9()
@@ -94,7 +106,7 @@ def test_kill9_driver_mid_stream_then_restart_every_offset_once(
     listener = ProgressRecorder(progress)
     spark.streams.addListener(listener)
     try:
-        stream.run(kafka_pipeline(topic, broker.bootstrap, max_offsets_per_trigger=60), once=True,
+        stream.run(kafka_pipeline(topic, broker.bootstrap, max_offsets_per_trigger=BATCH), once=True,
                    home=home, spark=spark)
     finally:
         time.sleep(1)  # listener events are delivered asynchronously
