@@ -332,7 +332,7 @@ def stop_at_batch_boundary(queries: list[StreamingQuery], timeout_s: float = STO
     (Kafka's, which is Spark's). Such a query is stopped once its batch in flight has committed.
     The stop interrupts the batch planned meanwhile, and its replay at the next start is a no-op.
     So a stop takes about one batch, however long the backlog."""
-    in_flight = {query.id: _last_batch(query) + 1 for query in queries}
+    in_flight = {query.id: _last_batch(query) + 1 for query in queries if query.name in unending}
     deadline = time.monotonic() + timeout_s
     graceful, pending = True, list(queries)
     while pending:
