@@ -24,7 +24,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
 from spark_jobs import queries, sessions, transforms
@@ -33,7 +32,16 @@ from spark_jobs.errors import UserError
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables, ensure_tables, read_dimension
 from spark_jobs.quality import rules as row_rules
-from spark_jobs.tables import Fencing, commit_nothing, reconcile, retry_conflicts, save_fenced, sql_literal
+from spark_jobs.tables import (
+    Fencing,
+    commit_nothing,
+    delta_version,
+    holds_data,
+    reconcile,
+    retry_conflicts,
+    save_fenced,
+    sql_literal,
+)
 from spark_jobs.timing import StepTimes
 from spark_jobs.topology import has_started, queries_of
 
@@ -96,10 +104,13 @@ def backfill(spark: SparkSession, pipeline: Pipeline, date_from: dt.date, date_t
     return result
 
 
-def latest_version(spark: SparkSession, path: Path) -> int:
-    """The latest committed version of the Delta table at `path`."""
-
-    return int(DeltaTable.forPath(spark, str(path)).history(1).select("version").first()[0])
+def latest_version(path: Path) -> int:
+    """The latest committed version of the Delta table at `path`, which must exist, from its log
+    (`tables.delta_version`, no JVM)."""
+    version = delta_version(path)
+    if version is None:
+        raise FileNotFoundError(f"no Delta table at {path}")
+    return version
 
 
 def bronze_lines(spark: SparkSession, path: Path, version: int, date_from: dt.date,
@@ -117,7 +128,7 @@ def _backfill(spark: SparkSession, pipeline: Pipeline, date_from: dt.date, date_
               home: WeirHome, hold: Hold) -> BackfillResult:
     tables = ensure_tables(spark, home, pipeline)
     in_range = date_range("event_date", date_from, date_to)
-    version = latest_version(spark, tables.bronze)
+    version = latest_version(tables.bronze)
     lines = bronze_lines(spark, tables.bronze, version, date_from, date_to)
     steps = StepTimes()
     # the stream's own parse and row rules, so both keep and refuse the same rows
@@ -226,10 +237,16 @@ def rebuild_from_silver(spark: SparkSession, pipeline: Pipeline, home: WeirHome,
     sessions upserted with partial measures. Returns query → V for the tables rebuilt."""
     fresh = [q for q in queries.FROM_SILVER
              if q in queries_of(pipeline) and not has_started(home, pipeline, q)]
+    if not holds_data(tables.silver):
+        # An empty table is what an empty silver derives to; the query reads silver from its first
+        # batch on (`queries.starting_version`). A table holding rows, or marked as rebuilt from
+        # rows, is rebuilt (to empty) all the same. A pipeline's first start takes this path.
+        fresh = [q for q in fresh if holds_data(queries.rebuilt_table(tables, q))
+                 or queries.rebuilt_through(tables, q) is not None]
     if not fresh:
         return {}
     # one version and one scan of it for every table rebuilt (the caller holds the lease)
-    version = latest_version(spark, tables.silver)
+    version = latest_version(tables.silver)
     silver = spark.read.format("delta").option("versionAsOf", version).load(str(tables.silver))
     through = silver.agg(F.unix_millis(F.max(F.col(pipeline.event_time).cast("timestamp")))).first()[0]
     rebuilt = {}
@@ -247,7 +264,7 @@ def rebuild_from_silver(spark: SparkSession, pipeline: Pipeline, home: WeirHome,
         log.info("%s: %s rebuilt from silver version %d; the %s query starts after it",
                  pipeline.name, path.name, version, query)
         rebuilt[query] = version
-    if latest_version(spark, tables.silver) == version:
+    if latest_version(tables.silver) == version:
         # The queries start at V+1, which must exist: Delta refuses a future version, and `latest`
         # (resolved only at a query's first batch) would skip a commit made in between.
         commit_nothing(tables.silver, fencing)
@@ -261,7 +278,7 @@ def rebuild_from_bronze(spark: SparkSession, pipeline: Pipeline, home: WeirHome)
     lease, so no stream commits meanwhile; the old versions stay in the tables' history. Gold and
     the sessions are left to `rebuild_from_silver`, which runs on their fresh checkpoints. Returns V."""
     tables = ensure_tables(spark, home, pipeline)
-    version = latest_version(spark, tables.bronze)
+    version = latest_version(tables.bronze)
     lines = spark.read.format("delta").option("versionAsOf", version).load(str(tables.bronze))
     parsed = row_rules.with_rules(transforms.parse(lines, pipeline), pipeline.row_rules).persist()
     try:

@@ -298,10 +298,10 @@ def start_query(spark: SparkSession, pipeline: Pipeline, home: WeirHome, tables:
         sink = frame.writeStream.foreachBatch(IngestBatch(pipeline, tables))
     elif query == "sessions":
         sink = frame.writeStream.outputMode("update").foreachBatch(
-            SessionsBatch(pipeline, tables, queries.rebuilt_through(spark, tables, "sessions")))
+            SessionsBatch(pipeline, tables, queries.rebuilt_through(tables, "sessions")))
     else:
         sink = frame.writeStream.outputMode("update").foreachBatch(
-            GoldBatch(pipeline, tables, queries.rebuilt_through(spark, tables, "gold")))
+            GoldBatch(pipeline, tables, queries.rebuilt_through(tables, "gold")))
     sink = sink.trigger(availableNow=True) if once else sink.trigger(
         processingTime=pipeline.trigger_interval)
     # The query's thread inherits the JVM thread's active session; under PySpark's pinned threads

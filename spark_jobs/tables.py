@@ -123,6 +123,14 @@ def delta_version(table: Path) -> int | None:
     return max(versions) if versions else None
 
 
+def holds_data(table: Path) -> bool:
+    """Whether the latest version of the Delta table at `table` has any data file, from its log
+    with delta-rs (no JVM)."""
+    from deltalake import DeltaTable as LogReader
+
+    return bool(LogReader(str(table)).file_uris())
+
+
 class FencedWriteError(RuntimeError):
     """A fenced write did not land: this process no longer holds the pipeline's lease."""
 

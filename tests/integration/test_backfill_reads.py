@@ -75,7 +75,7 @@ def test_backfill_of_one_date_reads_only_the_bronze_files_of_that_date(spark, ho
     bronze, late_day_ids = bronze_of_days(spark)
     # one file per ingest day, as a day of stream batches compacted would be
     append_new(bronze.repartition(1, "ingest_date"), tables.bronze, transforms.BRONZE_KEY)
-    version = latest_version(spark, tables.bronze)
+    version = latest_version(tables.bronze)
     all_files, all_rows = scanned(table(spark, tables.bronze))
     assert all_files == DAYS and all_rows == DAYS * (PER_DAY + 1) + 3
 

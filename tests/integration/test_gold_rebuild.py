@@ -13,10 +13,11 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
-from spark_jobs import sessions, stream, transforms
+from spark_jobs import backfill, sessions, stream, transforms
 from spark_jobs.generator import generate, write_lines
 from spark_jobs.layers import ensure_tables
-from spark_jobs.queries import REBUILT_FROM
+from spark_jobs.queries import FROM_SILVER, REBUILT_FROM, REBUILT_THROUGH, rebuild_marker
+from spark_jobs.tables import delta_version
 from spark_jobs.topology import checkpoint_location
 from tests.helpers import table
 from tests.integration.batches import differs, ingest
@@ -101,3 +102,31 @@ def test_fresh_gold_and_sessions_queries_over_a_silver_of_many_files_equal_their
     silver = table(spark, tables.silver)
     assert not (d := differs(table(spark, tables.gold), transforms.aggregate(silver, pipeline))), f"gold: {d}"
     assert not (d := sessions_differ(spark, pipeline, tables)), f"sessions: {d}"
+
+
+def test_a_first_start_over_an_empty_silver_rebuilds_nothing_and_an_emptied_silver_empties_the_tables(
+        spark, home, tmp_path):
+    """A pipeline's first start: gold and the session table are what an empty silver derives to
+    already, and rebuilding them cost a cold driver about 8 s. Once they hold rows, an empty
+    silver still rebuilds them (to empty)."""
+    pipeline = playback()
+    tables = ensure_tables(spark, home, pipeline)
+    silver_before = delta_version(tables.silver)
+    assert backfill.rebuild_from_silver(spark, pipeline, home, tables) == {}
+    assert delta_version(tables.silver) == silver_before      # no version made for a query start
+    for query in FROM_SILVER:
+        assert rebuild_marker(tables, query) is None, query
+
+    lines = generate(tmp_path / "a", files=1, sessions_per_file=5, seed=85)
+    ingest(spark, pipeline, tables, lines.files, dt.datetime(2026, 11, 19, 21, 0, tzinfo=dt.UTC), 0)
+    rebuilt = backfill.rebuild_from_silver(spark, pipeline, home, tables)
+    assert set(rebuilt) == set(FROM_SILVER), rebuilt
+    assert table(spark, tables.gold).count() > 0 and table(spark, tables.sessions).count() > 0
+
+    empty = table(spark, tables.silver).limit(0)
+    empty.write.format("delta").mode("overwrite").save(str(tables.silver))
+    rebuilt = backfill.rebuild_from_silver(spark, pipeline, home, tables)
+    assert set(rebuilt) == set(FROM_SILVER), rebuilt
+    assert table(spark, tables.gold).count() == 0 and table(spark, tables.sessions).count() == 0
+    for query in FROM_SILVER:
+        assert rebuild_marker(tables, query)[REBUILT_THROUGH] is None, query
