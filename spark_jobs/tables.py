@@ -368,8 +368,11 @@ def upsert(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | None =
 
 def add_missing_columns(spark: SparkSession, path: Path, schema: StructType) -> None:
     """Add the nullable columns of `schema` that the table at `path` lacks (a table created by an
-    older version of the code); existing rows read them as null."""
-    present = set(spark.read.format("delta").load(str(path)).columns)
+    older version of the code); existing rows read them as null. The table's columns are read from
+    its log with delta-rs: a driver asks at every start, mostly to hear "none"."""
+    from deltalake import DeltaTable as LogReader
+
+    present = {f.name for f in LogReader(str(path), without_files=True).schema().fields}
     missing = [f for f in schema.fields if f.name not in present]
     if not missing:
         return

@@ -10,11 +10,12 @@ import json
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from spark_jobs import transforms
 from spark_jobs.backfill import backfill, bronze_lines, latest_version
 from spark_jobs.control import eventlog
-from spark_jobs.layers import ensure_tables
+from spark_jobs.layers import PipelineTables, ensure_tables
 from spark_jobs.tables import append_new
 from tests.helpers import assert_exactly_once, table
 from tests.integration.pipelines import playback
@@ -179,3 +180,22 @@ def test_the_dates_a_table_holds_a_batchs_keys_under_are_found_without_shuffling
         assert partitions_holding(batch, tables.silver, ("event_id",), "event_date") == []
     finally:
         spark.conf.set("spark.sql.autoBroadcastJoinThreshold", before)
+
+
+def test_a_bronze_created_before_the_hint_gets_the_column_at_the_next_start(spark, home):
+    """A bronze written by an older Weir lacks `event_date_hint`: `ensure_tables` (every driver
+    start) adds it, and the old rows read it as null, so a back-fill reads them whatever its dates."""
+    pipeline = playback()
+    path = PipelineTables.of(home, pipeline).bronze
+    old_schema = StructType([f for f in transforms.BRONZE_TABLE_SCHEMA.fields
+                             if f.name != transforms.EVENT_DATE_HINT])
+    row = {f.name: None for f in old_schema.fields} | {
+        "source": "old.jsonl", "position": 0, "value": event("old-1", FIRST),
+        "ingest_time": dt.datetime(2026, 11, 1, 23, 0, tzinfo=dt.UTC), "ingest_date": FIRST}
+    spark.createDataFrame([row], old_schema).write.format("delta").partitionBy("ingest_date").save(str(path))
+
+    ensure_tables(spark, home, pipeline)
+    bronze = table(spark, path)
+    assert transforms.EVENT_DATE_HINT in bronze.columns
+    assert [r[transforms.EVENT_DATE_HINT] for r in bronze.collect()] == [None]
+    assert bronze_lines(spark, path, latest_version(path), LATE_DAY, LATE_DAY).count() == 1
