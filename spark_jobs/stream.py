@@ -10,7 +10,7 @@ through any crash.
 
 Before the queries start, the driver takes the pipeline's lease, claims each table it writes with
 its fencing token, and rebuilds gold and the session table from silver if their queries start
-without a checkpoint (`backfill.rebuild_from_silver`).
+without a checkpoint and there is something to rebuild (`backfill.rebuild_from_silver`).
 
 `python -m spark_jobs.stream PIPELINE [--once]` is the spark-submit entry point; `weir run` calls
 the same `run`.
