@@ -237,7 +237,7 @@ def rebuild_from_silver(spark: SparkSession, pipeline: Pipeline, home: WeirHome,
     sessions upserted with partial measures. Returns query → V for the tables rebuilt."""
     fresh = [q for q in queries.FROM_SILVER
              if q in queries_of(pipeline) and not has_started(home, pipeline, q)]
-    if not holds_data(tables.silver):
+    if fresh and not holds_data(tables.silver):
         # An empty table is what an empty silver derives to; the query reads silver from its first
         # batch on (`queries.starting_version`). A table holding rows, or marked as rebuilt from
         # rows, is rebuilt (to empty) all the same. A pipeline's first start takes this path.
