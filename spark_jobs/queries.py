@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from spark_jobs import sessions as session_state
 from spark_jobs import transforms
 from spark_jobs.sources import read_stream
-from spark_jobs.tables import delta_version
+from spark_jobs.tables import delta_log, delta_version
 from spark_jobs.topology import has_started
 
 if TYPE_CHECKING:
@@ -51,12 +51,10 @@ def rebuild_marker(tables: PipelineTables, query: str) -> dict | None:
     """The marker of the latest batch rebuild of `query`'s table (`backfill.rebuild_from_silver`),
     or None. Read from the table's log with delta-rs, without the JVM: every start of the query
     reads it, and through Spark it took 0.5-1.5 s of a driver's start each time."""
-    from deltalake import DeltaTable as LogReader
-
     path = rebuilt_table(tables, query)
     if delta_version(path) is None:
         return None
-    for commit in LogReader(str(path), without_files=True).history(REBUILD_HISTORY):  # newest first
+    for commit in delta_log(path).history(REBUILD_HISTORY):  # newest first
         marker = commit.get("userMetadata")
         if marker is not None and REBUILT_FROM in marker:
             return json.loads(marker)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
+    import deltalake
     from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
     from pyspark.sql.types import StructType
 
@@ -90,9 +91,7 @@ class Fencing:
         """Raise `FencedWriteError` unless the table's last commit under the token is `version`:
         Delta skips a write whose version is not above the table's without a word, and a skip
         means a newer holder has committed (or a bug): never a silent loss."""
-        from deltalake import DeltaTable as LogReader
-
-        found = LogReader(str(path)).transaction_version(self.app_id)
+        found = delta_log(path, files=True).transaction_version(self.app_id)
         if found != version:
             raise FencedWriteError(
                 f"{self.pipeline}: a write to {path} did not land (fencing version {version}, "
@@ -102,10 +101,8 @@ class Fencing:
     def used_tokens(cls, pipeline: str, paths: Iterable[Path]) -> int:
         """The highest token any commit to these tables carried (0: none). Read from the Delta
         logs without a JVM."""
-        from deltalake import DeltaTable as LogReader
-
         app_id = cls(pipeline, 0).app_id
-        versions = [LogReader(str(path)).transaction_version(app_id) or 0
+        versions = [delta_log(path, files=True).transaction_version(app_id) or 0
                     for path in paths if delta_version(path) is not None]
         return max(versions, default=0) >> 32
 
@@ -123,12 +120,18 @@ def delta_version(table: Path) -> int | None:
     return max(versions) if versions else None
 
 
-def holds_data(table: Path) -> bool:
-    """Whether the latest version of the Delta table at `table` has any data file, from its log
-    with delta-rs (no JVM)."""
-    from deltalake import DeltaTable as LogReader
+def delta_log(table: Path, *, files: bool = False) -> deltalake.DeltaTable:
+    """The Delta table at `table` as delta-rs reads its log, without the JVM: for the questions a
+    driver asks at every start (a version, a marker, a claim's token), in milliseconds where Spark
+    takes a second. With `files`, its data files are listed too."""
+    from deltalake import DeltaTable
 
-    return bool(LogReader(str(table)).file_uris())
+    return DeltaTable(str(table), without_files=not files)
+
+
+def holds_data(table: Path) -> bool:
+    """Whether the latest version of the Delta table at `table` has any data file."""
+    return bool(delta_log(table, files=True).file_uris())
 
 
 class FencedWriteError(RuntimeError):
@@ -370,9 +373,7 @@ def add_missing_columns(spark: SparkSession, path: Path, schema: StructType) -> 
     """Add the nullable columns of `schema` that the table at `path` lacks (a table created by an
     older version of the code); existing rows read them as null. The table's columns are read from
     its log with delta-rs: a driver asks at every start, mostly to hear "none"."""
-    from deltalake import DeltaTable as LogReader
-
-    present = {f.name for f in LogReader(str(path), without_files=True).schema().fields}
+    present = {f.name for f in delta_log(path).schema().fields}
     missing = [f for f in schema.fields if f.name not in present]
     if not missing:
         return
