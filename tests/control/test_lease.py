@@ -155,11 +155,14 @@ def test_an_expired_holder_that_still_runs_is_stalled(home: WeirHome) -> None:
     from spark_jobs.control.health import assess
 
     held = leases.acquire(home, "playback")
-    held._released.set()              # its keep-alive stops, as in a paused driver
-    old = leases.iso(leases.now_utc() - dt.timedelta(seconds=60))
-    plant_lease(home, dataclasses.replace(held.record, renewed_at=old))
-    health = assess(home, "playback", stall_after_s=60)
-    assert health.verdict == "stalled" and "not renewed for 60s" in health.detail, health
-    assert leases.holder(home, "playback") is None
-    with pytest.raises(leases.LeaseLostError, match="last renewed"):
-        held.check()
+    try:
+        held._released.set()              # its keep-alive stops, as in a paused driver
+        old = leases.iso(leases.now_utc() - dt.timedelta(seconds=60))
+        plant_lease(home, dataclasses.replace(held.record, renewed_at=old))
+        health = assess(home, "playback", stall_after_s=60)
+        assert health.verdict == "stalled" and "not renewed for 60s" in health.detail, health
+        assert leases.holder(home, "playback") is None
+        with pytest.raises(leases.LeaseLostError, match="last renewed"):
+            held.check()
+    finally:
+        held.release()   # else this process's later writes to "playback" are fenced by a lost lease
