@@ -46,8 +46,11 @@ up: setup
 demo: setup
 	$(PY) -m spark_jobs.demo
 
+# Two workers by default (WEIR_TEST_WORKERS=0 runs in one process): one test at a time leaves about
+# a quarter of two cores idle while it waits on drivers, servers and polls (tests/conftest.py).
+WEIR_TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(WEIR_TEST_WORKERS) --dist loadgroup
 
 bench: setup
 	$(PY) -m bench.run $(BENCH_ARGS)

@@ -41,3 +41,25 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[WeirHome]:
     root.mkdir()
     monkeypatch.setenv("WEIR_HOME", str(root))
     yield WeirHome(root)
+
+
+# Under `make test` the suite runs on xdist workers with `--dist loadgroup`. Each module is one
+# unit of work, so its module- and session-scoped servers start on one worker only; modules that
+# cannot run beside each other name a shared `xdist_group` (the `make up` stacks: they take
+# Airflow's default log-server ports). Units are handed out longest first.
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from tests.support.durations import module_seconds
+
+    def unit(item: pytest.Item) -> str:
+        named = item.get_closest_marker("xdist_group")
+        return str(named.args[0]) if named else item.nodeid.split("::")[0]
+
+    recorded = module_seconds()
+    weight: dict[str, float] = {}
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(unit(item)))
+        module = item.nodeid.split("::")[0]
+        weight[unit(item)] = weight.get(unit(item), 0.0) + recorded.pop(module, 0.0)
+    items.sort(key=lambda item: -weight[unit(item)])
