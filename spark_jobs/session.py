@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -148,10 +151,44 @@ def build_session(app_name: str, *, master: str | None = None,
     spark_conf.update(conf or {})
     for key, value in spark_conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with jvm_leaves_sigterm_to_python():
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings().spark_log_level)
     register_functions(spark)
     return spark
+
+
+@contextmanager
+def jvm_leaves_sigterm_to_python() -> Iterator[None]:
+    """The JVM a session launches from this process starts with SIGTERM ignored.
+
+    A SIGTERM sent to the driver's whole process group (`timeout`, `kill -- -PGID`, systemd's
+    default `KillMode=control-group`) reaches its JVM as well as the driver. The JVM's shutdown
+    hook then stopped the SparkContext while the driver was stopping its queries at a batch
+    boundary, and the stop ended in `Cannot call methods on a stopped SparkContext`. A JVM that
+    finds SIGTERM ignored at its start installs no handler for it (PySpark does the same for
+    SIGINT, which a terminal's Ctrl-C sends to the group). The driver stops, its JVM's stdin
+    closes, and the JVM exits then, as it does when the driver is killed.
+
+    Set in the child between fork and exec, so this process never ignores SIGTERM. A session
+    under spark-submit, or one already running, launches no JVM and is untouched."""
+    from pyspark import java_gateway
+
+    launch = java_gateway.Popen
+
+    def popen(*args, preexec_fn=None, **kwargs):
+        def in_the_child() -> None:
+            if preexec_fn is not None:
+                preexec_fn()
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+        return launch(*args, preexec_fn=in_the_child, **kwargs)
+
+    java_gateway.Popen = popen
+    try:
+        yield
+    finally:
+        java_gateway.Popen = launch
 
 
 def register_functions(spark: SparkSession) -> None:
