@@ -47,10 +47,10 @@ demo: setup
 	$(PY) -m spark_jobs.demo
 
 # Two workers by default (WEIR_TEST_WORKERS=0 runs in one process): one test at a time leaves about
-# a quarter of two cores idle while it waits on drivers, servers and polls (tests/conftest.py).
+# a quarter of two cores idle while it waits on drivers, servers and polls (tests/support/scheduling.py).
 WEIR_TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -n $(WEIR_TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest -n $(WEIR_TEST_WORKERS)
 
 bench: setup
 	$(PY) -m bench.run $(BENCH_ARGS)

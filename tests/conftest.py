@@ -43,23 +43,18 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[WeirHome]:
     yield WeirHome(root)
 
 
-# Under `make test` the suite runs on xdist workers with `--dist loadgroup`. Each module is one
-# unit of work, so its module- and session-scoped servers start on one worker only; modules that
-# cannot run beside each other name a shared `xdist_group` (the `make up` stacks: they take
-# Airflow's default log-server ports). Units are handed out longest first.
+# `make test` runs the suite on two xdist workers, a module (or a group of modules that cannot run
+# side by side) to a unit of work, the longest units first: tests/support/scheduling.py.
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    from tests.support.durations import module_seconds
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    from tests.support.scheduling import unit, unit_seconds
 
-    def unit(item: pytest.Item) -> str:
-        named = item.get_closest_marker("xdist_group")
-        return str(named.args[0]) if named else item.nodeid.split("::")[0]
+    weight = unit_seconds(item.nodeid for item in items)
+    items.sort(key=lambda item: -weight[unit(item.nodeid)])
 
-    recorded = module_seconds()
-    weight: dict[str, float] = {}
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(unit(item)))
-        module = item.nodeid.split("::")[0]
-        weight[unit(item)] = weight.get(unit(item), 0.0) + recorded.pop(module, 0.0)
-    items.sort(key=lambda item: -weight[unit(item)])
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    from tests.support.scheduling import scheduler
+
+    return scheduler(config, log)

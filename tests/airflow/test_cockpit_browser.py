@@ -29,9 +29,7 @@ from tests.support.make_up import MakeUp, make_up
 from tests.support.polling import wait_for
 from tests.support.ports import free_ports
 
-# `make up` stacks take Airflow's default log-server ports: one at a time (tests/conftest.py).
-pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(1200),
-              pytest.mark.xdist_group("make-up")]
+pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(1200)]
 P = "playback"
 WEIR = REPO_ROOT / ".venv" / "bin" / "weir"
 CHROMIUM = Path("/usr/bin/chromium")

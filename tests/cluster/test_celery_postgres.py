@@ -47,9 +47,7 @@ from tests.helpers import assert_exactly_once, table
 from tests.support.ports import free_ports
 from tests.support.recovery_times import RecoveryTimes
 
-# `make up` stacks take Airflow's default log-server ports: one at a time (tests/conftest.py).
-pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.airflow, pytest.mark.timeout(2400),
-              pytest.mark.xdist_group("make-up")]
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.airflow, pytest.mark.timeout(2400)]
 P = "playback"
 WORKERS = ("worker-1", "worker-2")
 CLUSTER_ENV = REPO_ROOT / "infra" / "airflow" / "cluster.env"

@@ -17,9 +17,7 @@ from tests.kafka.harness import delta_row_count
 from tests.support.make_up import answers, make_up, processes_of
 from tests.support.ports import free_ports
 
-# `make up` stacks take Airflow's default log-server ports: one at a time (tests/conftest.py).
-pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(900),
-              pytest.mark.xdist_group("make-up")]
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(900)]
 WEIR = REPO_ROOT / ".venv" / "bin" / "weir"
 
 
