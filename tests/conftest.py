@@ -49,6 +49,8 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[WeirHome]:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     from tests.support.scheduling import unit, unit_seconds
 
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return  # in one process the order stays the files' own
     weight = unit_seconds(item.nodeid for item in items)
     items.sort(key=lambda item: -weight[unit(item.nodeid)])
 

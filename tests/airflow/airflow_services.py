@@ -282,9 +282,15 @@ def _epoch(text: str) -> float:
 
 def driver_processes(home: WeirHome, pipeline: str) -> dict[str, list[int]]:
     """The pids of every running stream driver of `pipeline` on `home`, by kind: the Python
-    driver and the spark-submit JVM that runs it."""
+    driver and the spark-submit JVM that runs it.
+
+    A process with its parent's command line is left out: between its fork and its exec, a child
+    the JVM starts (a Python worker, a shell command of Hadoop's) still shows the JVM's command
+    line. One was seen here as a second driver JVM, with the suite's two workers loading the
+    machine. (The Python driver is the JVM's child too, under spark-submit, with its own.)"""
     marker = f"WEIR_HOME={home.root}".encode()
     found: dict[str, list[int]] = {"python": [], "jvm": []}
+    seen: dict[int, tuple[int, list[str]]] = {}   # pid: (parent pid, command line)
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -294,8 +300,15 @@ def driver_processes(home: WeirHome, pipeline: str) -> dict[str, list[int]]:
                 continue
             if marker not in (entry / "environ").read_bytes().split(b"\0"):
                 continue
+            # the parent pid: the field after the command's closing parenthesis and the state
+            seen[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]), argv
         except OSError:
             continue
         kind = "jvm" if any("SparkSubmit" in a for a in argv) else "python"
         found[kind].append(int(entry.name))
-    return found
+
+    def forked_unexecuted(pid: int) -> bool:
+        parent, argv = seen[pid]
+        return parent in seen and seen[parent][1] == argv
+
+    return {kind: [pid for pid in pids if not forked_unexecuted(pid)] for kind, pids in found.items()}
