@@ -47,9 +47,9 @@ def module_seconds() -> dict[str, float]:
 
 def unit_seconds(nodeids: Iterable[str]) -> dict[str, float]:
     """The recorded seconds of each unit the tests fall in."""
-    recorded, weight = module_seconds(), {}
-    for nodeid in nodeids:
-        weight.setdefault(unit(nodeid), 0.0)
+    recorded: dict[str, float] = module_seconds()
+    weight: dict[str, float] = defaultdict(float)
+    for nodeid in nodeids:    # a module's seconds count once, for its first test
         weight[unit(nodeid)] += recorded.pop(nodeid.split("::", 1)[0], 0.0)
     return weight
 
