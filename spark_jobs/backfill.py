@@ -35,6 +35,7 @@ from spark_jobs.quality import rules as row_rules
 from spark_jobs.tables import (
     Fencing,
     commit_nothing,
+    delta_identifier,
     delta_version,
     holds_data,
     reconcile,
@@ -285,8 +286,10 @@ def rebuild_from_bronze(spark: SparkSession, pipeline: Pipeline, home: WeirHome)
         derived = transforms.silver(parsed, read_dimension(spark, tables), pipeline)
         for frame, path, partition in ((derived, tables.silver, "event_date"),
                                        (transforms.rejects(parsed), tables.quarantine, "ingest_date")):
-            retry_conflicts(lambda f=frame, t=path, c=partition: f.write.format("delta").mode("overwrite")
-                            .option("overwriteSchema", "true").partitionBy(c).save(str(t)),
+            # REPLACE TABLE AS SELECT: schema, partitioning and rows in one commit, and a column
+            # the frame marks as generated (silver's key hash) becomes one, in an older table too
+            retry_conflicts(lambda f=frame, t=path, c=partition: f.writeTo(delta_identifier(t))
+                            .using("delta").partitionedBy(F.col(c)).createOrReplace(),
                             what=f"rebuild {path}")
     finally:
         parsed.unpersist()

@@ -146,17 +146,20 @@ class IngestBatch:
                 # partition's keys are read.
                 rows = transforms.silver(parsed, read_dimension(parsed.sparkSession, t), p)
                 keys = transforms.valid(parsed).select(p.key)
-                writes["silver"] = lambda: insert_absent(rows, t.silver, (p.key,), keys=keys,
-                                                         fencing=token)
+                writes["silver"] = lambda: insert_absent(
+                    rows, t.silver, (p.key,), keys=keys,
+                    key_hash=transforms.key_hash_expression((p.key,)), fencing=token)
             done = run_concurrently(steps.timed(writes), what=f"{p.name} ingest batch {batch_id}")
             inserted = done.get("silver")
-            new, read = (inserted.rows, inserted.files_read) if isinstance(inserted, Inserted) else (0, 0)
+            if not isinstance(inserted, Inserted):
+                inserted = Inserted(0, 0)
             # A write the fencing token made Delta skip (a newer holder committed) is loud here,
             # before Spark records the batch as done.
             fence(p.name)
             log.info("%s ingest batch %d: %d source(s), %d reject(s), %d new event(s) under %d date(s) "
-                     "(silver's keys read from %d file(s)) written in %.1fs (%s)", p.name, batch_id,
-                     len(summary.sources), summary.rejects, new, len(summary.dates), read,
+                     "(silver's keys read from %d file(s), key hashes from %d) written in %.1fs (%s)",
+                     p.name, batch_id, len(summary.sources), summary.rejects, inserted.rows,
+                     len(summary.dates), inserted.files_read, inserted.files_hashed,
                      steps.elapsed(), steps)
         finally:
             parsed.unpersist()

@@ -294,14 +294,17 @@ def append_new(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | No
 
 @dataclass(frozen=True)
 class Inserted:
-    """What `insert_absent` did: the rows it inserted, and the table's files it read to know."""
+    """What `insert_absent` did: the rows it inserted, the table's files whose keys it read to
+    know, and the files whose key hashes it read to choose them (0: no hash column)."""
 
     rows: int
     files_read: int
+    files_hashed: int = 0
 
 
 def insert_absent(df: DataFrame, path: Path, key: Sequence[str], *, keys: DataFrame | None = None,
-                  prune: str | None = None, fencing: Fencing | None = None) -> Inserted:
+                  key_hash: str | None = None, prune: str | None = None,
+                  fencing: Fencing | None = None) -> Inserted:
     """Insert the rows of `df` (unique by `key`) whose key the table at `path` does not hold yet.
 
     One Delta transaction reads the key columns of the table and commits the new rows
@@ -311,9 +314,11 @@ def insert_absent(df: DataFrame, path: Path, key: Sequence[str], *, keys: DataFr
     the batch. `df`'s size is bounded by the caller (one micro-batch).
 
     `keys` holds the keys to look up (default: `df`'s); any superset will do, such as the keys
-    before a dedupe, which then runs once. `prune` (SQL on the target `t`, as `key_ranges` gives)
-    bounds where a key can stand, and only the files Delta's statistics leave are read; without it
-    every partition is (a key may stand under any)."""
+    before a dedupe, which then runs once. `key_hash` is the generation expression of the table's
+    key-hash column (`transforms.key_hash_expression`): when the table has it, the hashes of every
+    file are read first and the keys only of the files holding a hash of the batch. `prune` (SQL
+    on the target `t`, as `key_ranges` gives) bounds where a key can stand, and only the files
+    Delta's statistics leave are read; without it every partition is (a key may stand under any)."""
     spark = df.sparkSession
     gateway = spark.sparkContext._gateway  # type: ignore[attr-defined]
     names = gateway.new_array(gateway.jvm.java.lang.String, len(key))
@@ -322,13 +327,13 @@ def insert_absent(df: DataFrame, path: Path, key: Sequence[str], *, keys: DataFr
 
     def insert() -> Inserted:
         version = fencing.next_version() if fencing is not None else -1
-        rows, files = gateway.jvm.weir.InsertAbsent.insert(
+        rows, read, hashed = gateway.jvm.weir.InsertAbsent.insert(
             spark._jsparkSession, str(path), df._jdf,  # type: ignore[attr-defined]
-            None if keys is None else keys._jdf, names, prune,
+            None if keys is None else keys._jdf, names, key_hash, prune,
             fencing.app_id if fencing is not None else None, version)
         if fencing is not None:
             fencing.landed(path, version)   # -1 rows: skipped, a newer holder's version is there
-        return Inserted(rows=int(rows), files_read=int(files))
+        return Inserted(rows=int(rows), files_read=int(read), files_hashed=int(hashed))
 
     return retry_conflicts(insert, what=f"insert into {path}")
 
@@ -369,6 +374,11 @@ def upsert(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | None =
     retry_conflicts(merge, what=f"upsert into {path}")
 
 
+def delta_identifier(path: Path) -> str:
+    """The table at `path` as a SQL identifier (`delta.`path``)."""
+    return "delta.`" + str(path).replace("`", "``") + "`"
+
+
 def add_missing_columns(spark: SparkSession, path: Path, schema: StructType) -> None:
     """Add the nullable columns of `schema` that the table at `path` lacks (a table created by an
     older version of the code); existing rows read them as null. The table's columns are read from
@@ -378,7 +388,7 @@ def add_missing_columns(spark: SparkSession, path: Path, schema: StructType) -> 
     if not missing:
         return
     columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
-    retry_conflicts(lambda: spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({columns})"),
+    retry_conflicts(lambda: spark.sql(f"ALTER TABLE {delta_identifier(path)} ADD COLUMNS ({columns})"),
                     what=f"add columns to {path}")
 
 

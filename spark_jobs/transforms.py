@@ -9,6 +9,7 @@ fails (not only the first), so a quarantined line tells the whole story at once.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pyspark.sql import Column, DataFrame, Window
@@ -33,6 +34,11 @@ JSON_LINE_REASON = "weir_json_line_reason"
 CORRUPT = "_corrupt_record"
 REASON = "_reject_reason"
 LINEAGE = ("_source", "_position", "_ingest_time")
+# Silver's last column: the key's 64-bit hash, a column Delta generates (and checks on every
+# write), so that the stream's dedupe scans one long per row instead of the key's strings
+# (`tables.insert_absent`).
+KEY_HASH = "_key_hash"
+GENERATION_EXPRESSION = "delta.generationExpression"
 # The bronze columns a parse carries unchanged so that bronze is written from the parsed batch
 # (one pass over the source): where a Kafka record came from, and the ingest date.
 CARRIED = "_carried"
@@ -262,7 +268,19 @@ def silver(parsed: DataFrame, dimension: DataFrame | None, pipeline: Pipeline) -
     out = enrich(dedupe(derive(valid(parsed), pipeline), pipeline.key), dimension, pipeline)
     contract = [f.name for f in pipeline.fields]
     extra = list(pipeline.derived) + (list(pipeline.dimension.columns) if pipeline.dimension else [])
-    return out.select(*contract, *extra, "event_date", *LINEAGE)
+    return out.select(*contract, *extra, "event_date", *LINEAGE, key_hash((pipeline.key,)))
+
+
+def key_hash_expression(key: Sequence[str]) -> str:
+    """The SQL of a key's hash: what Delta generates silver's `_key_hash` as."""
+    return f"xxhash64({', '.join(f'`{k}`' for k in key)})"
+
+
+def key_hash(key: Sequence[str]) -> Column:
+    """The key's hash column, marked as Delta's generated column: a table created from a schema
+    holding it generates and checks it, and an overwrite of such a table keeps it generated."""
+    expression = key_hash_expression(key)
+    return F.expr(expression).alias(KEY_HASH, metadata={GENERATION_EXPRESSION: expression})
 
 
 def aggregate(events: DataFrame, pipeline: Pipeline) -> DataFrame:

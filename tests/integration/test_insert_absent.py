@@ -79,3 +79,75 @@ def test_a_prune_reads_only_the_files_a_key_could_stand_in(spark, tmp_path: Path
     assert (inserted.rows, inserted.files_read) == (2, 1)
     assert insert_absent(batch, path, ["source", "position"]).files_read == 4   # no prune: all
     assert table(spark, path).count() == 32
+
+
+def _hashed_table(spark, path: Path, expression: str, files: list[list[str]]) -> None:
+    """A table like silver: key `k` and a key-hash column Delta generates as `expression`, one
+    file per list of keys."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType
+
+    from spark_jobs.transforms import GENERATION_EXPRESSION, KEY_HASH
+
+    (DeltaTable.create(spark).location(str(path)).addColumn("k", "string").addColumn("v", "string")
+     .addColumn(KEY_HASH, LongType(), generatedAlwaysAs=expression).execute())
+    for keys in files:
+        # written as silver's rows are: the hash computed by the writer, checked by Delta
+        spark.createDataFrame([(k, "old") for k in keys], "k string, v string").coalesce(1).select(
+            "*", F.expr(expression).alias(KEY_HASH, metadata={GENERATION_EXPRESSION: expression})
+        ).write.format("delta").mode("append").save(str(path))
+
+
+def test_with_a_key_hash_only_files_holding_a_batch_hash_have_their_keys_read(spark, tmp_path: Path) -> None:
+    """Silver's dedupe: the hash column of every file is scanned, and the keys are compared in
+    full only in the files where a hash of the batch stands (here the one holding k5)."""
+    from spark_jobs.transforms import key_hash_expression
+
+    path, expression = tmp_path / "t", key_hash_expression(["k"])
+    _hashed_table(spark, path, expression, [[f"k{i}" for i in range(f, f + 5)] for f in (0, 5, 10)])
+    batch = spark.createDataFrame([("k5", "new"), ("n1", "new"), ("n2", "new")], "k string, v string")
+
+    inserted = insert_absent(batch, path, ["k"], key_hash=expression)
+    assert (inserted.rows, inserted.files_read, inserted.files_hashed) == (2, 1, 3)
+    rows = {r.k: r.v for r in table(spark, path).collect()}
+    assert len(rows) == 17 and rows["k5"] == "old" and rows["n1"] == rows["n2"] == "new"
+    # the rows written carry the hash Delta generates: the next batch finds n1 by it
+    again = insert_absent(spark.createDataFrame([("n1", "x"), ("n3", "x")], "k string, v string"),
+                          path, ["k"], key_hash=expression)
+    assert (again.rows, again.files_read, again.files_hashed) == (1, 1, 4)
+    # a batch of new keys reads no file's keys
+    assert insert_absent(spark.createDataFrame([("n9", "x")], "k string, v string"), path, ["k"],
+                         key_hash=expression).files_read == 0
+    assert table(spark, path).count() == table(spark, path).select("k").distinct().count() == 19
+
+
+def test_keys_that_share_a_hash_are_told_apart_by_the_keys_themselves(spark, tmp_path: Path) -> None:
+    """A hash two keys share costs a file read, never a row: with a hash of two values, most of
+    the batch's hashes stand in every file, and every key is then compared in full."""
+    path, expression = tmp_path / "t", "pmod(xxhash64(`k`), 2)"
+    _hashed_table(spark, path, expression, [["a", "b", "c"], ["d", "e", "f"]])
+    batch = spark.createDataFrame([(k, "new") for k in ("a", "f", "x", "y", "z")], "k string, v string")
+
+    inserted = insert_absent(batch, path, ["k"], key_hash=expression)
+    assert (inserted.rows, inserted.files_read, inserted.files_hashed) == (3, 2, 2)
+    assert sorted(r.k for r in table(spark, path).where("v = 'new'").collect()) == ["x", "y", "z"]
+
+
+def test_a_table_without_the_hash_column_has_every_files_keys_read(spark, tmp_path: Path) -> None:
+    """A silver created before the hash column: the key hash asked for is not there (nor a column
+    of that name that Delta does not generate), so the keys of every file are read, as before."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.transforms import KEY_HASH, key_hash_expression
+
+    path, expression = tmp_path / "t", key_hash_expression(["k"])
+    for keys in (["a", "b"], ["c"]):
+        spark.createDataFrame([(k, "old") for k in keys], "k string, v string").coalesce(1).withColumn(
+            KEY_HASH, F.lit(0).cast("bigint")).write.format("delta").mode("append").save(str(path))
+    batch = spark.createDataFrame([("a", "new"), ("x", "new")], "k string, v string").withColumn(
+        KEY_HASH, F.expr(expression))
+
+    inserted = insert_absent(batch, path, ["k"], key_hash=expression)
+    assert (inserted.rows, inserted.files_read, inserted.files_hashed) == (1, 2, 0)
+    assert sorted(r.k for r in table(spark, path).collect()) == ["a", "b", "c", "x"]

@@ -1,8 +1,12 @@
 package weir;
 
+import java.net.URI;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashSet;
 import java.util.List;
+import java.util.Set;
+import org.apache.hadoop.fs.Path;
 import org.apache.spark.sql.Column;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
@@ -19,6 +23,8 @@ import org.apache.spark.sql.delta.actions.AddFile;
 import org.apache.spark.sql.delta.actions.FileAction;
 import org.apache.spark.sql.delta.actions.SetTransaction;
 import org.apache.spark.sql.functions;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
 import scala.Option;
 import scala.collection.immutable.Seq;
 import scala.jdk.javaapi.CollectionConverters;
@@ -41,6 +47,14 @@ import scala.jdk.javaapi.CollectionConverters;
  * <p>Fencing: with an application id, the transaction reads its version (so a concurrent commit
  * carrying the same id conflicts) and commits nothing when the table already carries this version
  * or a higher one, as Delta's own writers skip such a write; otherwise it records the version.
+ *
+ * <p>Key hashes: a table with a column that Delta generates as the key's 64-bit hash (silver's
+ * {@code _key_hash}, {@code xxhash64} of the key) is read in two steps. The hash column alone of
+ * every file, against the batch keys' hashes, names the files where a key of the batch may
+ * stand; only those files' keys are then compared in full. A scan of one long per row replaces
+ * one of the key's strings, so a batch's cost grows far less with the table (docs/performance.md);
+ * a hash that two keys share costs a file read, never a row, and Delta itself keeps the column
+ * equal to its expression on every write, whoever the writer.
  */
 public final class InsertAbsent {
   private InsertAbsent() {}
@@ -49,29 +63,45 @@ public final class InsertAbsent {
    * Insert the rows of {@code rows} (unique by {@code key}) whose key the table at {@code path}
    * does not hold. {@code batchKeys} are the keys looked up (null: those of {@code rows}); any
    * superset of them will do, such as the keys of the rows before a dedupe, whose plan is cheaper
-   * to run twice than the rows'. {@code prune} (SQL on the table's columns, qualified
-   * {@code t.}; null: the whole table) bounds where a key of {@code rows} can stand: only the
-   * files Delta's statistics cannot rule out are read, and only they are registered as read.
-   * Returns {rows inserted, files read}; rows inserted is -1 when the write was skipped because
-   * the table already carries {@code appId} at {@code version} or above.
+   * to run twice than the rows'. {@code keyHash} is the generation expression of a key-hash
+   * column (null, or a table without such a column: every file's keys are read). {@code prune}
+   * (SQL on the table's columns, qualified {@code t.}; null: the whole table) bounds where a key
+   * of {@code rows} can stand: only the files Delta's statistics cannot rule out are read, and
+   * only they are registered as read. Returns {rows inserted, files whose keys were read, files
+   * whose key hashes were read}; rows inserted is -1 when the write was skipped because the table
+   * already carries {@code appId} at {@code version} or above.
    */
   public static long[] insert(SparkSession spark, String path, Dataset<Row> rows,
-      Dataset<Row> batchKeys, String[] key, String prune, String appId, long version) {
+      Dataset<Row> batchKeys, String[] key, String keyHash, String prune, String appId,
+      long version) {
     DeltaLog log = DeltaLog.forTable(spark, path);
     OptimisticTransaction txn = log.startTransaction();
     if (appId != null && txn.txnVersion(appId) >= version) {
-      return new long[] {-1, 0};
+      return new long[] {-1, 0, 0};
     }
+    StructType schema = txn.snapshot().schema();
     // what is read is registered with the transaction: a concurrent change to it conflicts
     Seq<AddFile> files = prune == null ? txn.filterFiles()
         : txn.filterFiles(conjuncts(log, txn, prune), false);
-    Column[] keys = Arrays.stream(key).map(functions::col).toArray(Column[]::new);
-    Dataset<Row> held = log.createDataFrame(txn.snapshot(), files, false, Option.empty())
-        .select(keys)
-        .join(functions.broadcast((batchKeys == null ? rows : batchKeys).select(keys)), key,
-            "left_semi");
-    Dataset<Row> absent = rows.join(functions.broadcast(held), key, "left_anti");
-    Dataset<Row> aligned = absent.select(Arrays.stream(txn.snapshot().schema().fields())
+    // the keys as the table types them: a hash is of the typed value
+    Dataset<Row> wanted = (batchKeys == null ? rows : batchKeys).select(Arrays.stream(key)
+        .map(k -> functions.col(quoted(k)).cast(schema.apply(k).dataType()).alias(k))
+        .toArray(Column[]::new));
+    String hashColumn = generatedAs(schema, keyHash);
+    boolean hashed = hashColumn != null && !files.isEmpty();
+    Seq<AddFile> read = hashed ? mayHold(log, txn, files, wanted, hashColumn, keyHash) : files;
+    Dataset<Row> absent = rows;
+    if (!read.isEmpty()) {
+      Column[] keys = Arrays.stream(key).map(k -> functions.col(quoted(k))).toArray(Column[]::new);
+      Dataset<Row> held = log.createDataFrame(txn.snapshot(), read, false, Option.empty())
+          .select(keys)
+          .join(functions.broadcast(wanted), key, "left_semi");
+      absent = rows.join(functions.broadcast(held), key, "left_anti");
+    }
+    // a generated column the rows lack, Delta computes as it writes them (and checks one they carry)
+    List<String> given = Arrays.asList(absent.columns());
+    Dataset<Row> aligned = absent.select(Arrays.stream(schema.fields())
+        .filter(f -> !f.metadata().contains(GENERATION_EXPRESSION) || given.contains(f.name()))
         .map(f -> functions.col(quoted(f.name())).cast(f.dataType()).alias(f.name()))
         .toArray(Column[]::new));
     List<Action> actions = new ArrayList<>(CollectionConverters.asJava(txn.writeFiles(aligned)));
@@ -88,7 +118,51 @@ public final class InsertAbsent {
         Option.empty(), Option.empty(), Option.empty(), Option.empty(), Option.empty(),
         Option.empty(), Option.empty());
     txn.commit(CollectionConverters.asScala(actions).toList(), operation);
-    return new long[] {inserted, files.size()};
+    return new long[] {inserted, read.size(), hashed ? files.size() : 0};
+  }
+
+  /** The column Delta generates as {@code expression} (null: none, or no expression given). */
+  private static String generatedAs(StructType schema, String expression) {
+    if (expression == null) {
+      return null;
+    }
+    for (StructField f : schema.fields()) {
+      if (f.metadata().contains(GENERATION_EXPRESSION)
+          && expression.equals(f.metadata().getString(GENERATION_EXPRESSION))) {
+        return f.name();
+      }
+    }
+    return null;
+  }
+
+  /**
+   * The files among {@code files} whose {@code hashColumn} holds the hash of a key of
+   * {@code wanted}: one scan of the hash column, the batch's hashes broadcast against it. Every
+   * other file cannot hold a key of the batch.
+   */
+  private static Seq<AddFile> mayHold(DeltaLog log, OptimisticTransaction txn, Seq<AddFile> files,
+      Dataset<Row> wanted, String hashColumn, String keyHash) {
+    Dataset<Row> hashes = functions.broadcast(
+        wanted.select(functions.expr(keyHash).alias("_weir_hash")).distinct());
+    Column stored = functions.col(quoted(hashColumn));
+    Set<URI> found = new HashSet<>();
+    for (Row r : log.createDataFrame(txn.snapshot(), files, false, Option.empty())
+        .select(stored, functions.col("_metadata.file_path").alias("_weir_file"))
+        .join(hashes, stored.equalTo(functions.col("_weir_hash")), "left_semi")
+        .select("_weir_file").distinct().collectAsList()) {
+      found.add(new Path(URI.create(r.getString(0))).toUri());
+    }
+    List<AddFile> candidates = new ArrayList<>();
+    for (AddFile f : CollectionConverters.asJava(files)) {
+      if (found.remove(f.absolutePath(log).toUri())) {
+        candidates.add(f);
+      }
+    }
+    if (!found.isEmpty()) {   // a file the scan read but the snapshot does not name: never skip it
+      throw new IllegalStateException(log.dataPath() + ": key hashes found in files the snapshot does "
+          + "not list: " + found);
+    }
+    return CollectionConverters.asScala(candidates).toList();
   }
 
   /** {@code prune}, resolved against the columns of the transaction's snapshot (a frame of no
@@ -111,6 +185,8 @@ public final class InsertAbsent {
       parts.add(e);
     }
   }
+
+  private static final String GENERATION_EXPRESSION = "delta.generationExpression";
 
   private static String quoted(String name) {
     return "`" + name.replace("`", "``") + "`";
