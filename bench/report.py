@@ -179,7 +179,8 @@ def growth_rows(doc: Document) -> list[dict[str, Any]]:
                 row[kind] = {"lines": runs[0]["lines"],
                              "seconds": statistics.median(r["seconds"] for r in runs),
                              "silver_s": statistics.median(r["steps_s"].get("silver", 0.0) for r in runs),
-                             "silver_files_read": max(r.get("silver_files_read") or 0 for r in runs)}
+                             "silver_files_read": max(r.get("silver_files_read") or 0 for r in runs),
+                             "silver_files_hashed": max(r.get("silver_files_hashed") or 0 for r in runs)}
         rows.append(row)
     return rows
 
@@ -358,14 +359,16 @@ def markdown_summary(doc: Document) -> str:
     if s["growth"]:
         lines += ["", "## One micro-batch as silver grows (median seconds; `IngestBatch` on lines new to "
                       "every table)", "",
-                  "| silver rows | silver files | small batch: whole | its silver write | silver files read "
-                  "| large batch: whole | its silver write |", "|---|---|---|---|---|---|---|"]
+                  "| silver rows | silver files | small batch: whole | its silver write | silver files: keys "
+                  "read / key hashes read | large batch: whole | its silver write |",
+                  "|---|---|---|---|---|---|---|"]
         for row in s["growth"]:
             small, large = row.get("small", {}), row.get("large", {})
             lines.append(f"| {row['silver_rows']:,} | {_fmt(row['silver_files'])} | "
                          f"{_fmt(small.get('seconds'))} | {_fmt(small.get('silver_s'))} | "
-                         f"{_fmt(small.get('silver_files_read'))} | {_fmt(large.get('seconds'))} | "
-                         f"{_fmt(large.get('silver_s'))} |")
+                         f"{_fmt(small.get('silver_files_read'))} / "
+                         f"{_fmt(small.get('silver_files_hashed'))} | "
+                         f"{_fmt(large.get('seconds'))} | {_fmt(large.get('silver_s'))} |")
         first = s["growth"][0]
         lines.append(f"\nSmall batch: {_fmt(first.get('small', {}).get('lines'))} lines; large batch: "
                      f"{_fmt(first.get('large', {}).get('lines'))} lines.")

@@ -448,6 +448,7 @@ def silver_growth_once(spark: SparkSession, spec: Spec, data: Dataset, name: str
     from spark_jobs.layers import ensure_tables
     from spark_jobs.sources import bronze_columns
     from spark_jobs.stream import IngestBatch, start_query
+    from spark_jobs.transforms import KEY_HASH
 
     p = playback()
     home = fresh_home(spec, name)
@@ -492,7 +493,8 @@ def silver_growth_once(spark: SparkSession, spec: Spec, data: Dataset, name: str
             keyed = {p.key: F.concat(F.col(p.key), F.lit(f"~{copies}")),
                      p.event_time: F.col(p.event_time) - F.expr(f"INTERVAL {copies} DAYS"),
                      "event_date": F.date_sub("event_date", copies)}
-            (day.select(*[keyed.get(c, F.col(c)).alias(c) for c in day.columns])
+            # the key hash left to Delta, which generates it from the new key
+            (day.select(*[keyed.get(c, F.col(c)).alias(c) for c in day.columns if c != KEY_HASH])
              .write.format("delta").mode("append").save(str(t.silver)))
             rows += day_rows
         files_now = DeltaTable.forPath(spark, str(t.silver)).detail().first()["numFiles"]
@@ -518,9 +520,11 @@ class BatchSteps(logging.Handler):
         args = record.args if isinstance(record.args, tuple) else ()
         timed = [a for a in args if isinstance(a, StepTimes)]
         if "ingest batch" in str(record.msg) and timed:
-            match = re.search(r"silver's keys read from (\d+) file", record.getMessage())
+            match = re.search(r"silver's keys read from (\d+) file\(s\), key hashes from (\d+)",
+                              record.getMessage())
             self.last.update(steps_s=timed[0].rounded(3),
-                             silver_files_read=int(match.group(1)) if match else None)
+                             silver_files_read=int(match.group(1)) if match else None,
+                             silver_files_hashed=int(match.group(2)) if match else None)
 
     @contextlib.contextmanager
     def recorded(self) -> Iterator[Result]:
