@@ -143,7 +143,8 @@ class IngestBatch:
                 # Derived from the cached batch as it is written, not materialised first: the
                 # keys looked up are the valid lines' (before the dedupe, so it runs once). An
                 # event resent with another event time stands under another date already: every
-                # partition's keys are read.
+                # partition is read, by its key hashes, and the keys only of the files holding one
+                # of the batch's hashes.
                 rows = transforms.silver(parsed, read_dimension(parsed.sparkSession, t), p)
                 keys = transforms.valid(parsed).select(p.key)
                 writes["silver"] = lambda: insert_absent(

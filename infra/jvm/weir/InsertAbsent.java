@@ -57,6 +57,9 @@ import scala.jdk.javaapi.CollectionConverters;
  * equal to its expression on every write, whoever the writer.
  */
 public final class InsertAbsent {
+  /** Where Delta keeps a generated column's expression, in the field's metadata. */
+  private static final String GENERATION_EXPRESSION = "delta.generationExpression";
+
   private InsertAbsent() {}
 
   /**
@@ -185,8 +188,6 @@ public final class InsertAbsent {
       parts.add(e);
     }
   }
-
-  private static final String GENERATION_EXPRESSION = "delta.generationExpression";
 
   private static String quoted(String name) {
     return "`" + name.replace("`", "``") + "`";
