@@ -35,7 +35,6 @@ from spark_jobs.quality import rules as row_rules
 from spark_jobs.tables import (
     Fencing,
     commit_nothing,
-    delta_identifier,
     delta_version,
     holds_data,
     reconcile,
@@ -286,10 +285,8 @@ def rebuild_from_bronze(spark: SparkSession, pipeline: Pipeline, home: WeirHome)
         derived = transforms.silver(parsed, read_dimension(spark, tables), pipeline)
         for frame, path, partition in ((derived, tables.silver, "event_date"),
                                        (transforms.rejects(parsed), tables.quarantine, "ingest_date")):
-            # REPLACE TABLE AS SELECT: schema, partitioning and rows in one commit, and a column
-            # the frame marks as generated (silver's key hash) becomes one, in an older table too
-            retry_conflicts(lambda f=frame, t=path, c=partition: f.writeTo(delta_identifier(t))
-                            .using("delta").partitionedBy(F.col(c)).createOrReplace(),
+            retry_conflicts(lambda f=frame, t=path, c=partition: f.write.format("delta").mode("overwrite")
+                            .option("overwriteSchema", "true").partitionBy(c).save(str(t)),
                             what=f"rebuild {path}")
     finally:
         parsed.unpersist()
