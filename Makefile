@@ -10,7 +10,7 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
 .PHONY: setup demo test up bench lint clean cluster-services
 
-setup: $(VENV)/.installed .cache/jars/jars.txt .cache/jars/driver-classes.jsa .cache/kafka/installed.txt \
+setup: $(VENV)/.installed $(VENV)/.worker-bytecode .cache/jars/jars.txt .cache/jars/driver-classes.jsa .cache/kafka/installed.txt \
 	.cache/yarn/installed.txt cluster-services
 	infra/browser/install.sh
 
@@ -18,6 +18,12 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -r requirements.txt
 	$(PY) -m pip install -q --no-deps -e .
+	touch $@
+
+# pyspark's archives with their bytecode: every Python process Spark starts imports pyspark from
+# them, and compiled it from source at each start (spark_jobs/worker_bytecode.py).
+$(VENV)/.worker-bytecode: $(VENV)/.installed spark_jobs/worker_bytecode.py
+	$(PY) -m spark_jobs.worker_bytecode
 	touch $@
 
 .cache/jars/jars.txt: spark_jobs/jars.py $(wildcard infra/jvm/weir/*.java) $(VENV)/.installed
