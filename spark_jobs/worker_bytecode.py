@@ -6,7 +6,7 @@ Python process it starts: the driver under spark-submit, an executor's worker da
 worker of each streaming operator it runs in Python (`transformWithState` starts one on the
 driver as its query starts). Python imports from a zip without ever writing bytecode, so each of
 them compiled pyspark's modules from source: 1.8-2.0 s to import the transformWithState driver
-worker, against 0.7-0.9 s from bytecode, on this machine. Spark waits a fixed 10 s for such a
+worker, against 0.5 s from bytecode, on this machine. Spark waits a fixed 10 s for such a
 worker to connect back (`PythonWorkerFactory`, not configurable); on a loaded host (the two test
 workers beside a standalone cluster) a sessions query failed at its start with "Python worker
 failed to connect back", which ends the driver.
