@@ -43,6 +43,22 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[WeirHome]:
     yield WeirHome(root)
 
 
+# A driver a test launched logs to the test's home, which CI does not keep: a failed test's report
+# carries the end of each such log, where a driver's own error stands.
+DRIVER_LOG_TAIL_LINES = 60
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[pytest.TestReport]:
+    report = yield
+    home = getattr(item, "funcargs", {}).get("home")
+    if report.failed and isinstance(home, WeirHome) and home.logs.is_dir():
+        for log in sorted(home.logs.glob("*-driver-*.log")):
+            tail = log.read_text(errors="replace").splitlines()[-DRIVER_LOG_TAIL_LINES:]
+            report.sections.append((f"driver log {log.name} (last {len(tail)} lines)", "\n".join(tail)))
+    return report
+
+
 # `make test` runs the suite on two xdist workers, a module (or a group of modules that cannot run
 # side by side) to a unit of work, the longest units first: tests/support/scheduling.py.
 @pytest.hookimpl(tryfirst=True)
