@@ -437,11 +437,15 @@ def silver_growth_once(spark: SparkSession, spec: Spec, data: Dataset, name: str
 
     Silver starts as the stream leaves it after the dataset's day. It then grows to each of
     `silver_rows` by copies of that day under earlier dates, with other event ids, appended
-    directly: what weeks of a stream leave, in seconds. At each size, `IngestBatch` (the stream's
-    own foreachBatch) is timed five times on a small batch (the first file: a running stream's
-    batch) and twice on a large one (the files of one byte bound: a backlog's), each on lines new
-    to every table (the files' lines under another source name, with other event ids). The
-    batch's step times are those of its log line."""
+    directly: what weeks of a stream leave, in seconds. Each size gets tables of its own: bronze
+    and quarantine as the day left them, silver at the version of that size, each a shallow clone
+    (the files stay where they are; the clone's writes go to its own folder). Then `IngestBatch`
+    (the stream's own foreachBatch) is timed five times on a small batch (the first file: a
+    running stream's batch) and twice on a large one (the files of one byte bound: a backlog's) at
+    every size, **the sizes taking turns**: the JVM's age and the machine's drift fall on every
+    size alike, where measuring the sizes one after the other charged them to the largest. Each
+    batch is of lines new to every table (the files' lines under another source name, with other
+    event ids). The batch's step times are those of its log line."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
@@ -458,7 +462,6 @@ def silver_growth_once(spark: SparkSession, spec: Spec, data: Dataset, name: str
     day_version = delta_version(t.silver)
     day = spark.read.format("delta").option("versionAsOf", day_version).load(str(t.silver))
     day_rows = day.count()
-    ingest = IngestBatch(p, t)
     steps = BatchSteps()
     runs = itertools.count()
     large = one_batch_of_files(data, p)
@@ -472,7 +475,7 @@ def silver_growth_once(spark: SparkSession, spec: Spec, data: Dataset, name: str
                               source=F.concat(F.col("_metadata.file_path"), F.lit(f"#growth{run}")),
                               position=F.monotonically_increasing_id())
 
-    def timed_batch(kind: str) -> Result:
+    def timed_batch(ingest: IngestBatch, kind: str) -> Result:
         batch = new_lines(batches[kind]).persist()
         lines = batch.count()
         with steps.recorded() as record:
@@ -483,11 +486,12 @@ def silver_growth_once(spark: SparkSession, spec: Spec, data: Dataset, name: str
         assert record, "IngestBatch logged no line for its batch: its step times are read from it"
         return {"lines": lines, "seconds": round(seconds, 3), **record}
 
-    timed_batch("small")      # the JVM's first batches compile what every later one runs
+    timed_batch(IngestBatch(p, t), "small")   # the JVM's first batches compile what every later one runs
+    day_versions = {layer: delta_version(getattr(t, layer)) for layer in ("bronze", "quarantine")}
+    sized: list[tuple[int, IngestBatch]] = []
     copies = 0
-    points = []
+    rows = spark.read.format("delta").load(str(t.silver)).count()
     for target in spec.params["silver_rows"]:
-        rows = spark.read.format("delta").load(str(t.silver)).count()
         while rows < target:
             copies += 1
             keyed = {p.key: F.concat(F.col(p.key), F.lit(f"~{copies}")),
@@ -497,13 +501,31 @@ def silver_growth_once(spark: SparkSession, spec: Spec, data: Dataset, name: str
             (day.select(*[keyed.get(c, F.col(c)).alias(c) for c in day.columns if c != KEY_HASH])
              .write.format("delta").mode("append").save(str(t.silver)))
             rows += day_rows
-        files_now = DeltaTable.forPath(spark, str(t.silver)).detail().first()["numFiles"]
-        points.append({"silver_rows": rows, "silver_files": files_now,
-                       "small": [timed_batch("small") for _ in range(5)],   # the noisier one
-                       "large": [timed_batch("large") for _ in range(2)]})
-        log.info("silver at %d rows: %s", rows, {k: [r["seconds"] for r in points[-1][k]]
-                                                  for k in ("small", "large")})
-    return {"day_rows": day_rows, "points": points}
+        own = fresh_home(spec, f"{name}-{rows}").root / "tables"
+        versions = {**day_versions, "silver": delta_version(t.silver)}
+        for layer, version in versions.items():
+            spark.sql(f"CREATE TABLE delta.`{own / layer}` SHALLOW CLONE "
+                      f"delta.`{getattr(t, layer)}` VERSION AS OF {version}")
+        clone = dataclasses.replace(t, **{layer: own / layer for layer in versions})
+        # Loaded here first, as a driver's start loads its tables: a snapshot that a write thread
+        # (no active Spark session) is the first to load cannot read its checkpoint.
+        for layer in versions:
+            DeltaTable.forPath(spark, str(getattr(clone, layer))).detail().collect()
+        sized.append((rows, IngestBatch(p, clone)))
+
+    points = [{"silver_rows": rows, "silver_files":
+               DeltaTable.forPath(spark, str(ingest.tables.silver)).detail().first()["numFiles"],
+               "small": [], "large": []} for rows, ingest in sized]
+    turns = list(zip(points, sized, strict=True))
+    for kind, times in (("small", 5), ("large", 2)):    # the small batch, the noisier one, more often
+        for round_ in range(times):
+            # smallest first, then largest first: a drift within a round favours no size
+            for point, (_, ingest) in turns if round_ % 2 == 0 else reversed(turns):
+                point[kind].append(timed_batch(ingest, kind))
+    for point in points:
+        log.info("silver at %d rows: %s", point["silver_rows"],
+                 {k: [r["seconds"] for r in point[k]] for k in ("small", "large")})
+    return {"day_rows": day_rows, "order": "interleaved", "points": points}
 
 
 class BatchSteps(logging.Handler):

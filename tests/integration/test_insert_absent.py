@@ -151,3 +151,25 @@ def test_a_table_without_the_hash_column_has_every_files_keys_read(spark, tmp_pa
     inserted = insert_absent(batch, path, ["k"], key_hash=expression)
     assert (inserted.rows, inserted.files_read, inserted.files_hashed) == (1, 2, 0)
     assert sorted(r.k for r in table(spark, path).collect()) == ["a", "b", "c", "x"]
+
+
+def test_a_write_thread_inserts_past_another_writers_checkpoint(spark, tmp_path: Path) -> None:
+    """The stream writes from threads of its own, whose JVM threads (PySpark's pinned threads)
+    carry no active Spark session. When another writer (a back-fill's driver, delta-rs) has
+    committed and written a checkpoint since, such a thread is the first in the JVM to load that
+    snapshot, and Delta reads a checkpoint only under an active session."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    path = tmp_path / "t"
+    spark.createDataFrame([("k0", "old", "d1")], SCHEMA).write.format("delta").save(str(path))
+    assert insert_absent(spark.createDataFrame([("k1", "old", "d1")], SCHEMA), path, ["k"]).rows == 1
+    write_deltalake(str(path), pa.table({"k": ["k2"], "v": ["other"], "day": ["d1"]}), mode="append")
+    LogReader(str(path)).create_checkpoint()
+    assert list((path / "_delta_log").glob("*.checkpoint.parquet")), "no checkpoint written"
+
+    batch = spark.createDataFrame([("k2", "stream", "d1"), ("k3", "stream", "d1")], SCHEMA)
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(insert_absent, batch, path, ["k"]).result(300).rows == 1
+    assert sorted(tuple(r) for r in table(spark, path).collect()) == [
+        ("k0", "old", "d1"), ("k1", "old", "d1"), ("k2", "other", "d1"), ("k3", "stream", "d1")]

@@ -77,6 +77,25 @@ public final class InsertAbsent {
   public static long[] insert(SparkSession spark, String path, Dataset<Row> rows,
       Dataset<Row> batchKeys, String[] key, String keyHash, String prune, String appId,
       long version) {
+    // The stream calls this from write threads of its own, whose JVM threads (PySpark's pinned
+    // threads) have no active session. Delta loads a snapshot's checkpoint only under one: the
+    // first load of a snapshot that another writer checkpointed failed there.
+    Option<SparkSession> before = SparkSession.getActiveSession();
+    SparkSession.setActiveSession(spark);
+    try {
+      return insertActive(spark, path, rows, batchKeys, key, keyHash, prune, appId, version);
+    } finally {
+      if (before.isDefined()) {
+        SparkSession.setActiveSession(before.get());
+      } else {
+        SparkSession.clearActiveSession();
+      }
+    }
+  }
+
+  private static long[] insertActive(SparkSession spark, String path, Dataset<Row> rows,
+      Dataset<Row> batchKeys, String[] key, String keyHash, String prune, String appId,
+      long version) {
     DeltaLog log = DeltaLog.forTable(spark, path);
     OptimisticTransaction txn = log.startTransaction();
     if (appId != null && txn.txnVersion(appId) >= version) {
