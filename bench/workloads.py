@@ -507,10 +507,6 @@ def silver_growth_once(spark: SparkSession, spec: Spec, data: Dataset, name: str
             spark.sql(f"CREATE TABLE delta.`{own / layer}` SHALLOW CLONE "
                       f"delta.`{getattr(t, layer)}` VERSION AS OF {version}")
         clone = dataclasses.replace(t, **{layer: own / layer for layer in versions})
-        # Loaded here first, as a driver's start loads its tables: a snapshot that a write thread
-        # (no active Spark session) is the first to load cannot read its checkpoint.
-        for layer in versions:
-            DeltaTable.forPath(spark, str(getattr(clone, layer))).detail().collect()
         sized.append((rows, IngestBatch(p, clone)))
 
     points = [{"silver_rows": rows, "silver_files":
