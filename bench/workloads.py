@@ -538,11 +538,12 @@ class BatchSteps(logging.Handler):
         args = record.args if isinstance(record.args, tuple) else ()
         timed = [a for a in args if isinstance(a, StepTimes)]
         if "ingest batch" in str(record.msg) and timed:
-            match = re.search(r"silver's keys read from (\d+) file\(s\), key hashes from (\d+)",
-                              record.getMessage())
+            match = re.search(r"silver's keys read from (\d+) file\(s\), key hashes from (\d+), "
+                              r"(\d+) of them read", record.getMessage())
             self.last.update(steps_s=timed[0].rounded(3),
                              silver_files_read=int(match.group(1)) if match else None,
-                             silver_files_hashed=int(match.group(2)) if match else None)
+                             silver_files_hashed=int(match.group(2)) if match else None,
+                             silver_hashes_read=int(match.group(3)) if match else None)
 
     @contextlib.contextmanager
     def recorded(self) -> Iterator[Result]:

@@ -158,10 +158,11 @@ class IngestBatch:
             # before Spark records the batch as done.
             fence(p.name)
             log.info("%s ingest batch %d: %d source(s), %d reject(s), %d new event(s) under %d date(s) "
-                     "(silver's keys read from %d file(s), key hashes from %d) written in %.1fs (%s)",
+                     "(silver's keys read from %d file(s), key hashes from %d, %d of them read) "
+                     "written in %.1fs (%s)",
                      p.name, batch_id, len(summary.sources), summary.rejects, inserted.rows,
                      len(summary.dates), inserted.files_read, inserted.files_hashed,
-                     steps.elapsed(), steps)
+                     inserted.hashes_read, steps.elapsed(), steps)
         finally:
             parsed.unpersist()
 

@@ -295,11 +295,13 @@ def append_new(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | No
 @dataclass(frozen=True)
 class Inserted:
     """What `insert_absent` did: the rows it inserted, the table's files whose keys it read to
-    know, and the files whose key hashes it read to choose them (0: no hash column)."""
+    know, the files whose key hashes it compared with the batch's to choose them (0: no hash
+    column), and how many of those it read the hashes of (the others' the driver kept)."""
 
     rows: int
     files_read: int
     files_hashed: int = 0
+    hashes_read: int = 0
 
 
 def insert_absent(df: DataFrame, path: Path, key: Sequence[str], *, keys: DataFrame | None = None,
@@ -315,8 +317,11 @@ def insert_absent(df: DataFrame, path: Path, key: Sequence[str], *, keys: DataFr
 
     `keys` holds the keys to look up (default: `df`'s); any superset will do, such as the keys
     before a dedupe, which then runs once. `key_hash` is the generation expression of the table's
-    key-hash column (`transforms.key_hash_expression`): when the table has it, the hashes of every
-    file are read first and the keys only of the files holding a hash of the batch. `prune` (SQL
+    key-hash column (`transforms.key_hash_expression`): when the table has it, the batch's hashes
+    are compared with every file's first, and the keys read only of the files holding one. Each
+    file's hashes are read once and kept in the driver (`infra/jvm/weir/KeyHashes.java`, at most
+    `spark.weir.keyHashCache.maxBytes`, an eighth of the heap by default): a batch reads the hashes
+    of the files written since the batch before, not of the whole table. `prune` (SQL
     on the target `t`, as `key_ranges` gives) bounds where a key can stand, and only the files
     Delta's statistics leave are read; without it every partition is (a key may stand under any)."""
     spark = df.sparkSession
@@ -327,13 +332,14 @@ def insert_absent(df: DataFrame, path: Path, key: Sequence[str], *, keys: DataFr
 
     def insert() -> Inserted:
         version = fencing.next_version() if fencing is not None else -1
-        rows, read, hashed = gateway.jvm.weir.InsertAbsent.insert(
+        rows, read, hashes_read, hashed = gateway.jvm.weir.InsertAbsent.insert(
             spark._jsparkSession, str(path), df._jdf,  # type: ignore[attr-defined]
             None if keys is None else keys._jdf, names, key_hash, prune,
             fencing.app_id if fencing is not None else None, version)
         if fencing is not None:
             fencing.landed(path, version)   # -1 rows: skipped, a newer holder's version is there
-        return Inserted(rows=int(rows), files_read=int(read), files_hashed=int(hashed))
+        return Inserted(rows=int(rows), files_read=int(read), files_hashed=int(hashed),
+                        hashes_read=int(hashes_read))
 
     return retry_conflicts(insert, what=f"insert into {path}")
 

@@ -173,3 +173,75 @@ def test_a_write_thread_inserts_past_another_writers_checkpoint(spark, tmp_path:
         assert pool.submit(insert_absent, batch, path, ["k"]).result(300).rows == 1
     assert sorted(tuple(r) for r in table(spark, path).collect()) == [
         ("k0", "old", "d1"), ("k1", "old", "d1"), ("k2", "other", "d1"), ("k3", "stream", "d1")]
+
+
+def test_each_files_key_hashes_are_read_once_and_kept_in_the_driver(spark, tmp_path: Path) -> None:
+    """A batch reads the hash column only of the files it has not seen: the one the batch before
+    wrote, or a compaction's. Every file's hashes are still compared, so a key of any file is found."""
+    from delta.tables import DeltaTable
+
+    from spark_jobs.transforms import key_hash_expression
+
+    path, expression = tmp_path / "t", key_hash_expression(["k"])
+    _hashed_table(spark, path, expression, [[f"k{i}" for i in range(f, f + 5)] for f in (0, 5, 10)])
+
+    def insert(*keys: str):   # one file per batch
+        return insert_absent(spark.createDataFrame([(k, "new") for k in keys], "k string, v string")
+                             .coalesce(1), path, ["k"], key_hash=expression)
+
+    first = insert("n1", "n2")
+    assert (first.rows, first.files_hashed, first.hashes_read) == (2, 3, 3)
+    # n1 stands in the file the batch before wrote: only that file's hashes are read, and they hold it
+    second = insert("n1", "n3", "k7")
+    assert (second.rows, second.files_read, second.files_hashed, second.hashes_read) == (1, 2, 4, 1)
+    third = insert("n4")
+    assert (third.rows, third.files_read, third.files_hashed, third.hashes_read) == (1, 0, 5, 1)
+    # a compaction replaces every file: the one it writes is read once, and holds every key
+    DeltaTable.forPath(spark, str(path)).optimize().executeCompaction()
+    compacted = insert("k0", "n3", "n5")
+    assert (compacted.rows, compacted.files_read, compacted.files_hashed, compacted.hashes_read) == (
+        1, 1, 1, 1)
+    assert table(spark, path).count() == table(spark, path).select("k").distinct().count() == 20
+
+
+def test_files_the_key_hash_cache_cannot_hold_are_scanned_each_batch(spark, tmp_path: Path) -> None:
+    """Past its capacity the cache keeps what fits and the other files' hashes are scanned per
+    batch, as with no cache: slower, never inexact."""
+    from spark_jobs.transforms import key_hash_expression
+
+    path, expression = tmp_path / "t", key_hash_expression(["k"])
+    _hashed_table(spark, path, expression, [[f"k{i}" for i in range(f, f + 5)] for f in (0, 5)])
+    spark.conf.set("spark.weir.keyHashCache.maxBytes", "40b")   # five hashes: no file fits beside another
+    try:
+        batch = spark.createDataFrame([("k1", "x"), ("k6", "x"), ("n1", "x")], "k string, v string")
+        assert insert_absent(batch, path, ["k"], key_hash=expression).rows == 1
+        again = insert_absent(batch, path, ["k"], key_hash=expression)
+        assert (again.rows, again.files_read, again.files_hashed) == (0, 3, 3)
+        assert again.hashes_read >= 2   # at most one of the three files is held
+    finally:
+        spark.conf.unset("spark.weir.keyHashCache.maxBytes")
+    assert table(spark, path).count() == 11
+
+
+def test_a_restore_that_takes_a_deletion_vector_away_brings_its_rows_keys_back(spark, tmp_path: Path) -> None:
+    """A file's hashes are kept with its deletion vector: a restore to before a delete gives the
+    file its rows back, and a key of them is found again (kept under the file alone, the hashes
+    read after the delete would miss it, and the key would stand twice)."""
+    from delta.tables import DeltaTable
+
+    from spark_jobs.transforms import key_hash_expression
+
+    path, expression = tmp_path / "t", key_hash_expression(["k"])
+    _hashed_table(spark, path, expression, [["a", "b", "c"]])
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = true)")
+    before_delete = LogReader(str(path)).version()
+    DeltaTable.forPath(spark, str(path)).delete("k = 'b'")
+
+    def insert(*keys: str):
+        return insert_absent(spark.createDataFrame([(k, "new") for k in keys], "k string, v string"),
+                             path, ["k"], key_hash=expression)
+
+    assert insert("n1").rows == 1   # the file's hashes read with its vector: b's is not among them
+    DeltaTable.forPath(spark, str(path)).restoreToVersion(before_delete)
+    assert insert("b", "n2").rows == 1
+    assert sorted(r.k for r in table(spark, path).collect()) == ["a", "b", "c", "n2"]

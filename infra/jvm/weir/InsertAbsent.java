@@ -3,12 +3,17 @@ package weir;
 import java.net.URI;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashMap;
 import java.util.HashSet;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import org.apache.hadoop.fs.Path;
 import org.apache.spark.sql.Column;
+import org.apache.spark.network.util.JavaUtils;
 import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.SaveMode;
 import org.apache.spark.sql.SparkSession;
@@ -49,14 +54,20 @@ import scala.jdk.javaapi.CollectionConverters;
  * or a higher one, as Delta's own writers skip such a write; otherwise it records the version.
  *
  * <p>Key hashes: a table with a column that Delta generates as the key's 64-bit hash (silver's
- * {@code _key_hash}, {@code xxhash64} of the key) is read in two steps. The hash column alone of
- * every file, against the batch keys' hashes, names the files where a key of the batch may
- * stand; only those files' keys are then compared in full. A scan of one long per row replaces
- * one of the key's strings, so a batch's cost grows far less with the table (docs/performance.md);
- * a hash that two keys share costs a file read, never a row, and Delta itself keeps the column
- * equal to its expression on every write, whoever the writer.
+ * {@code _key_hash}, {@code xxhash64} of the key) is read in two steps. The batch's hashes against
+ * each file's name the files where a key of the batch may stand; only those files' keys are then
+ * compared in full. Each file's hashes are read once and kept in the driver, sorted
+ * ({@link KeyHashes}): a batch reads the hash column only of the files written since the batch
+ * before, and merges sorted arrays for the rest, so its cost no longer grows with a scan of the
+ * table (docs/performance.md). A hash that two keys share costs a file read, never a row, and
+ * Delta itself keeps the column equal to its expression on every write, whoever the writer.
  */
 public final class InsertAbsent {
+  /** The key-hash cache's capacity in bytes (Spark's size syntax, such as {@code 256m}): a
+   * session's setting; unset, an eighth of the driver's heap. */
+  public static final String CACHE_BYTES = "spark.weir.keyHashCache.maxBytes";
+  /** At most this many hashes are loaded into the cache by one job: the driver collects them. */
+  private static final long LOAD_CHUNK_ROWS = 2_000_000;
   /** Where Delta keeps a generated column's expression, in the field's metadata. */
   private static final String GENERATION_EXPRESSION = "delta.generationExpression";
 
@@ -71,7 +82,8 @@ public final class InsertAbsent {
    * (SQL on the table's columns, qualified {@code t.}; null: the whole table) bounds where a key
    * of {@code rows} can stand: only the files Delta's statistics cannot rule out are read, and
    * only they are registered as read. Returns {rows inserted, files whose keys were read, files
-   * whose key hashes were read}; rows inserted is -1 when the write was skipped because the table
+   * whose key hashes were read (the others' came from {@link KeyHashes}), files whose key hashes
+   * were compared}; rows inserted is -1 when the write was skipped because the table
    * already carries {@code appId} at {@code version} or above.
    */
   public static long[] insert(SparkSession spark, String path, Dataset<Row> rows,
@@ -99,19 +111,23 @@ public final class InsertAbsent {
     DeltaLog log = DeltaLog.forTable(spark, path);
     OptimisticTransaction txn = log.startTransaction();
     if (appId != null && txn.txnVersion(appId) >= version) {
-      return new long[] {-1, 0, 0};
+      return new long[] {-1, 0, 0, 0};
     }
     StructType schema = txn.snapshot().schema();
     // what is read is registered with the transaction: a concurrent change to it conflicts
-    Seq<AddFile> files = prune == null ? txn.filterFiles()
-        : txn.filterFiles(conjuncts(log, txn, prune), false);
+    // with their row counts: the key-hash cache makes room for a file by them
+    Seq<AddFile> files = txn.filterFiles(prune == null
+        ? CollectionConverters.asScala(List.<Expression>of()).toList()
+        : conjuncts(log, txn, prune), true);
     // the keys as the table types them: a hash is of the typed value
     Dataset<Row> wanted = (batchKeys == null ? rows : batchKeys).select(Arrays.stream(key)
         .map(k -> functions.col(quoted(k)).cast(schema.apply(k).dataType()).alias(k))
         .toArray(Column[]::new));
     String hashColumn = generatedAs(schema, keyHash);
     boolean hashed = hashColumn != null && !files.isEmpty();
-    Seq<AddFile> read = hashed ? mayHold(log, txn, files, wanted, hashColumn, keyHash) : files;
+    long[] hashesRead = {0};
+    Seq<AddFile> read = hashed
+        ? mayHold(spark, log, txn, files, wanted, hashColumn, keyHash, hashesRead) : files;
     Dataset<Row> absent = rows;
     if (!read.isEmpty()) {
       Column[] keys = Arrays.stream(key).map(k -> functions.col(quoted(k))).toArray(Column[]::new);
@@ -140,7 +156,7 @@ public final class InsertAbsent {
         Option.empty(), Option.empty(), Option.empty(), Option.empty(), Option.empty(),
         Option.empty(), Option.empty());
     txn.commit(CollectionConverters.asScala(actions).toList(), operation);
-    return new long[] {inserted, read.size(), hashed ? files.size() : 0};
+    return new long[] {inserted, read.size(), hashesRead[0], hashed ? files.size() : 0};
   }
 
   /** The column Delta generates as {@code expression} (null: none, or no expression given). */
@@ -158,24 +174,134 @@ public final class InsertAbsent {
   }
 
   /**
-   * The files among {@code files} whose {@code hashColumn} holds the hash of a key of
-   * {@code wanted}: one scan of the hash column, the batch's hashes broadcast against it. Every
-   * other file cannot hold a key of the batch.
+   * The files among {@code files} whose {@code hashColumn} may hold the hash of a key of
+   * {@code wanted}; every other file cannot hold a key of the batch. The batch's hashes, sorted in
+   * the driver, are merged with each file's sorted hashes from {@link KeyHashes}; the hash column is
+   * read only of the files the cache does not hold yet (then kept), and scanned against the batch,
+   * as a whole, for those that do not fit it. {@code hashed} receives the number of files whose
+   * hash column was read.
    */
-  private static Seq<AddFile> mayHold(DeltaLog log, OptimisticTransaction txn, Seq<AddFile> files,
+  private static Seq<AddFile> mayHold(SparkSession spark, DeltaLog log, OptimisticTransaction txn,
+      Seq<AddFile> files, Dataset<Row> wanted, String hashColumn, String keyHash, long[] hashed) {
+    long capacity = cacheCapacity(spark);
+    long[] batch = KeyHashes.sortedDistinct(wanted.select(functions.expr(keyHash))
+        .as(Encoders.LONG()).collectAsList().stream().mapToLong(Long::longValue).toArray());
+    Map<String, AddFile> byEntry = new LinkedHashMap<>();
+    for (AddFile f : CollectionConverters.asJava(files)) {
+      byEntry.put(entry(log, f), f);
+    }
+    List<AddFile> candidates = new ArrayList<>();
+    List<AddFile> unseen = new ArrayList<>();
+    for (Map.Entry<String, AddFile> e : byEntry.entrySet()) {
+      long[] known = KeyHashes.get(e.getKey());
+      if (known == null) {
+        unseen.add(e.getValue());
+      } else if (KeyHashes.intersect(known, batch)) {
+        candidates.add(e.getValue());
+      }
+    }
+    long unseenRows = 0;
+    for (AddFile f : unseen) {
+      unseenRows += f.numLogicalRecords().isDefined() ? (Long) f.numLogicalRecords().get() : 0;
+    }
+    long room = KeyHashes.makeRoom(unseenRows, capacity, byEntry.keySet());
+    List<List<AddFile>> loads = new ArrayList<>();
+    List<AddFile> scan = new ArrayList<>();
+    long chunk = LOAD_CHUNK_ROWS;
+    for (AddFile f : unseen) {
+      long rows = f.numLogicalRecords().isDefined() ? (Long) f.numLogicalRecords().get() : -1;
+      if (rows < 0 || rows > room) {   // no row count, or no room: scanned, not kept
+        scan.add(f);
+        continue;
+      }
+      room -= rows;
+      if (loads.isEmpty() || chunk + rows > LOAD_CHUNK_ROWS) {
+        loads.add(new ArrayList<>());
+        chunk = 0;
+      }
+      loads.get(loads.size() - 1).add(f);
+      chunk += rows;
+    }
+    for (List<AddFile> load : loads) {
+      for (Map.Entry<AddFile, long[]> e : load(log, txn, load, hashColumn).entrySet()) {
+        KeyHashes.put(entry(log, e.getKey()), e.getValue(), capacity);
+        if (KeyHashes.intersect(e.getValue(), batch)) {
+          candidates.add(e.getKey());
+        }
+      }
+    }
+    if (!scan.isEmpty()) {
+      candidates.addAll(scanned(log, txn, scan, wanted, hashColumn, keyHash));
+    }
+    hashed[0] = unseen.size();
+    return CollectionConverters.asScala(candidates).toList();
+  }
+
+  /** The cache's capacity in hashes: {@value #CACHE_BYTES} of the session, or an eighth of the
+   * driver's heap. */
+  private static long cacheCapacity(SparkSession spark) {
+    String bytes = spark.conf().get(CACHE_BYTES, null);
+    return (bytes == null ? Runtime.getRuntime().maxMemory() / 8
+        : JavaUtils.byteStringAsBytes(bytes)) / Long.BYTES;
+  }
+
+  /** A file's name in the cache: its path and its deletion vector, which only ever removes rows
+   * but which a restore can take away again. */
+  private static String entry(DeltaLog log, AddFile f) {
+    return f.absolutePath(log).toUri() + "#"
+        + (f.deletionVector() == null ? "" : f.deletionVector().uniqueId());
+  }
+
+  /** The sorted hashes of each of {@code files}, read from its hash column in one job. */
+  private static Map<AddFile, long[]> load(DeltaLog log, OptimisticTransaction txn,
+      List<AddFile> files, String hashColumn) {
+    Map<URI, AddFile> byPath = new HashMap<>();
+    for (AddFile f : files) {
+      byPath.put(f.absolutePath(log).toUri(), f);
+    }
+    Map<AddFile, long[]> hashes = new HashMap<>();
+    for (Row r : log.createDataFrame(txn.snapshot(), CollectionConverters.asScala(files).toList(),
+            false, Option.empty())
+        .groupBy(functions.col("_metadata.file_path").alias("_weir_file"))
+        .agg(functions.sort_array(functions.collect_list(functions.col(quoted(hashColumn)))))
+        .collectAsList()) {
+      AddFile f = byPath.remove(new Path(URI.create(r.getString(0))).toUri());
+      if (f == null) {   // a file the read named but the snapshot does not: never guess
+        throw new IllegalStateException(log.dataPath() + ": key hashes read from a file the "
+            + "snapshot does not list: " + r.getString(0));
+      }
+      List<Long> sorted = r.getList(1);
+      hashes.put(f, sorted.stream().mapToLong(Long::longValue).toArray());
+    }
+    for (AddFile f : byPath.values()) {   // no row read: the file must hold none
+      if (!f.numLogicalRecords().isDefined() || (Long) f.numLogicalRecords().get() != 0) {
+        throw new IllegalStateException(log.dataPath() + ": no key hash read from " + f.path()
+            + ", whose statistics count rows");
+      }
+      hashes.put(f, new long[0]);
+    }
+    return hashes;
+  }
+
+  /**
+   * The files among {@code files} whose {@code hashColumn} holds the hash of a key of
+   * {@code wanted}: one scan of the hash column, the batch's hashes broadcast against it.
+   */
+  private static List<AddFile> scanned(DeltaLog log, OptimisticTransaction txn, List<AddFile> files,
       Dataset<Row> wanted, String hashColumn, String keyHash) {
     Dataset<Row> hashes = functions.broadcast(
         wanted.select(functions.expr(keyHash).alias("_weir_hash")).distinct());
     Column stored = functions.col(quoted(hashColumn));
     Set<URI> found = new HashSet<>();
-    for (Row r : log.createDataFrame(txn.snapshot(), files, false, Option.empty())
+    for (Row r : log.createDataFrame(txn.snapshot(), CollectionConverters.asScala(files).toList(),
+            false, Option.empty())
         .select(stored, functions.col("_metadata.file_path").alias("_weir_file"))
         .join(hashes, stored.equalTo(functions.col("_weir_hash")), "left_semi")
         .select("_weir_file").distinct().collectAsList()) {
       found.add(new Path(URI.create(r.getString(0))).toUri());
     }
     List<AddFile> candidates = new ArrayList<>();
-    for (AddFile f : CollectionConverters.asJava(files)) {
+    for (AddFile f : files) {
       if (found.remove(f.absolutePath(log).toUri())) {
         candidates.add(f);
       }
@@ -184,7 +310,7 @@ public final class InsertAbsent {
       throw new IllegalStateException(log.dataPath() + ": key hashes found in files the snapshot does "
           + "not list: " + found);
     }
-    return CollectionConverters.asScala(candidates).toList();
+    return candidates;
   }
 
   /** {@code prune}, resolved against the columns of the transaction's snapshot (a frame of no

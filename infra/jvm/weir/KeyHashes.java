@@ -1,0 +1,119 @@
+package weir;
+
+import java.util.Arrays;
+import java.util.Iterator;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.Set;
+
+/**
+ * The key hashes of Delta data files, each file's sorted, kept in the driver between batches: a
+ * batch then reads the hash column only of the files it has not seen (the ones the batch before
+ * wrote, or a compaction), and finds the files that may hold its keys by merging sorted arrays in
+ * memory, where it scanned the hash column of every file per batch (a cost linear in the table).
+ *
+ * <p>Exact because a Delta data file never changes: a file is named once and never rewritten. Its
+ * rows can only lose rows to a deletion vector, which a later version adds or a restore takes away,
+ * so an entry is named by the file <em>and</em> its deletion vector: a file with another vector is
+ * another entry. An entry's hashes are those of the file's rows as read (its vector applied).
+ *
+ * <p>Bounded: the cache holds at most {@code capacity} hashes (8 bytes each); past it the least
+ * recently used entries not in use go, and a file that does not fit is not cached at all (the
+ * caller scans its hashes, as for a cold cache). Shared by every table of the JVM, and
+ * thread-safe: the stream's write threads and a back-fill in the same driver use it at once.
+ */
+final class KeyHashes {
+  /** By entry name, in access order: the first is the least recently used. */
+  private static final LinkedHashMap<String, long[]> ENTRIES = new LinkedHashMap<>(64, 0.75f, true);
+  private static long held;
+
+  private KeyHashes() {}
+
+  /** The sorted hashes of an entry, or null when the cache does not hold it. */
+  static synchronized long[] get(String entry) {
+    return ENTRIES.get(entry);
+  }
+
+  /**
+   * Room for {@code wanted} more hashes within {@code capacity}, made by dropping the least
+   * recently used entries not named in {@code inUse}: the number of hashes that now fit (at most
+   * {@code wanted}).
+   */
+  static synchronized long makeRoom(long wanted, long capacity, Set<String> inUse) {
+    Iterator<Map.Entry<String, long[]>> oldest = ENTRIES.entrySet().iterator();
+    while (held + wanted > capacity && oldest.hasNext()) {
+      Map.Entry<String, long[]> e = oldest.next();
+      if (!inUse.contains(e.getKey())) {
+        held -= e.getValue().length;
+        oldest.remove();
+      }
+    }
+    return Math.max(0, Math.min(wanted, capacity - held));
+  }
+
+  /** Keep an entry's hashes, sorted; an entry that no longer fits is left out. */
+  static synchronized void put(String entry, long[] sorted, long capacity) {
+    long[] before = ENTRIES.get(entry);
+    long after = held - (before == null ? 0 : before.length) + sorted.length;
+    if (after <= capacity) {
+      ENTRIES.put(entry, sorted);
+      held = after;
+    }
+  }
+
+  /** The hashes held, for tests and logs. */
+  static synchronized long held() {
+    return held;
+  }
+
+  /** The values sorted, each once (sorts {@code values} in place). */
+  static long[] sortedDistinct(long[] values) {
+    long[] sorted = values;
+    Arrays.sort(sorted);
+    int n = 0;
+    for (int i = 0; i < sorted.length; i++) {
+      if (n == 0 || sorted[i] != sorted[n - 1]) {
+        sorted[n++] = sorted[i];
+      }
+    }
+    return Arrays.copyOf(sorted, n);
+  }
+
+  /** Whether two sorted arrays share a value: one merge pass, galloping past runs of either. */
+  static boolean intersect(long[] a, long[] b) {
+    int i = 0;
+    int j = 0;
+    while (i < a.length && j < b.length) {
+      if (a[i] == b[j]) {
+        return true;
+      } else if (a[i] < b[j]) {
+        i = gallop(a, i, b[j]);
+      } else {
+        j = gallop(b, j, a[i]);
+      }
+    }
+    return false;
+  }
+
+  /** The first index at or after {@code from} whose value is at least {@code target}. */
+  private static int gallop(long[] sorted, int from, long target) {
+    int step = 1;
+    int low = from;
+    int high = from + 1;
+    while (high < sorted.length && sorted[high] < target) {
+      low = high;
+      step <<= 1;
+      high = from + step;
+    }
+    high = Math.min(high, sorted.length);
+    while (low < high) {   // sorted[low] < target (or low == from), sorted[high] >= target
+      int mid = (low + high) >>> 1;
+      if (sorted[mid] < target) {
+        low = mid + 1;
+      } else {
+        high = mid;
+      }
+    }
+    return low;
+  }
+}
