@@ -69,8 +69,12 @@ def made_with() -> str:
         release = binary.parents[1] / "release"   # the JDK's build, updated in place
         jdk = f"{binary}\n{release.read_text() if release.is_file() else ''}"
     recording = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
-    return "\n".join([manifest_path().read_text(), *sorted(p.name for p in pyspark_jars().iterdir()),
-                      jdk, recording])
+    # a jar the manifest names is rebuilt in place (Weir's own, at each change of its classes): the
+    # JVM refuses an archive whose jars changed, silently, so a changed jar records it again
+    built = [f"{jar} {hashlib.sha256(Path(jar).read_bytes()).hexdigest()}"
+             for jar in manifest_path().read_text().split() if Path(jar).name.startswith("weir")]
+    return "\n".join([manifest_path().read_text(), *built,
+                      *sorted(p.name for p in pyspark_jars().iterdir()), jdk, recording])
 
 
 def main() -> int:

@@ -260,18 +260,16 @@ public final class InsertAbsent {
       byPath.put(f.absolutePath(log).toUri(), f);
     }
     Map<AddFile, long[]> hashes = new HashMap<>();
-    for (Row r : log.createDataFrame(txn.snapshot(), CollectionConverters.asScala(files).toList(),
-            false, Option.empty())
-        .groupBy(functions.col("_metadata.file_path").alias("_weir_file"))
-        .agg(functions.sort_array(functions.collect_list(functions.col(quoted(hashColumn)))))
-        .collectAsList()) {
-      AddFile f = byPath.remove(new Path(URI.create(r.getString(0))).toUri());
+    Column hash = functions.col(quoted(hashColumn));
+    for (Map.Entry<String, long[]> e : KeyHashes.byFile(log.createDataFrame(txn.snapshot(),
+            CollectionConverters.asScala(files).toList(), false, Option.empty())
+        .select(functions.col("_metadata.file_path"), hash)).entrySet()) {
+      AddFile f = byPath.remove(new Path(URI.create(e.getKey())).toUri());
       if (f == null) {   // a file the read named but the snapshot does not: never guess
         throw new IllegalStateException(log.dataPath() + ": key hashes read from a file the "
-            + "snapshot does not list: " + r.getString(0));
+            + "snapshot does not list: " + e.getKey());
       }
-      List<Long> sorted = r.getList(1);
-      hashes.put(f, sorted.stream().mapToLong(Long::longValue).toArray());
+      hashes.put(f, e.getValue());
     }
     for (AddFile f : byPath.values()) {   // no row read: the file must hold none
       if (!f.numLogicalRecords().isDefined() || (Long) f.numLogicalRecords().get() != 0) {

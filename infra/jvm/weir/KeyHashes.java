@@ -1,10 +1,19 @@
 package weir;
 
+import java.nio.ByteBuffer;
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashMap;
 import java.util.Iterator;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import org.apache.spark.api.java.function.MapPartitionsFunction;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Encoders;
+import org.apache.spark.sql.Row;
+import scala.Tuple2;
 
 /**
  * The key hashes of Delta data files, each file's sorted, kept in the driver between batches: a
@@ -115,5 +124,62 @@ final class KeyHashes {
       }
     }
     return low;
+  }
+
+  /**
+   * The sorted hashes of each file of {@code fileAndHash} (rows of a file's path and a hash), by
+   * path: each task sorts its files' hashes into an array and sends it as bytes, where a
+   * {@code collect_list} boxed every hash; a file that two tasks read is merged here.
+   */
+  static Map<String, long[]> byFile(Dataset<Row> fileAndHash) {
+    Map<String, long[]> files = new HashMap<>();
+    Set<String> split = new java.util.HashSet<>();
+    for (Tuple2<String, byte[]> part : fileAndHash.mapPartitions(new PerFile(),
+        Encoders.tuple(Encoders.STRING(), Encoders.BINARY())).collectAsList()) {
+      long[] hashes = new long[part._2().length / Long.BYTES];
+      ByteBuffer.wrap(part._2()).asLongBuffer().get(hashes);
+      long[] before = files.put(part._1(), hashes);
+      if (before != null) {
+        long[] both = Arrays.copyOf(before, before.length + hashes.length);
+        System.arraycopy(hashes, 0, both, before.length, hashes.length);
+        files.put(part._1(), both);
+        split.add(part._1());
+      }
+    }
+    for (String file : split) {
+      Arrays.sort(files.get(file));
+    }
+    return files;
+  }
+
+  /** One task's files and their sorted hashes, as bytes. */
+  private static final class PerFile implements MapPartitionsFunction<Row, Tuple2<String, byte[]>> {
+    private static final long serialVersionUID = 1L;
+
+    @Override
+    public Iterator<Tuple2<String, byte[]>> call(Iterator<Row> rows) {
+      Map<String, long[]> hashes = new LinkedHashMap<>();
+      Map<String, Integer> counts = new HashMap<>();
+      while (rows.hasNext()) {
+        Row r = rows.next();
+        String file = r.getString(0);
+        long[] held = hashes.computeIfAbsent(file, f -> new long[1024]);
+        int n = counts.merge(file, 1, Integer::sum);
+        if (n > held.length) {
+          held = Arrays.copyOf(held, held.length * 2);
+          hashes.put(file, held);
+        }
+        held[n - 1] = r.getLong(1);
+      }
+      List<Tuple2<String, byte[]>> out = new ArrayList<>(hashes.size());
+      for (Map.Entry<String, long[]> e : hashes.entrySet()) {
+        long[] sorted = Arrays.copyOf(e.getValue(), counts.get(e.getKey()));
+        Arrays.sort(sorted);
+        ByteBuffer bytes = ByteBuffer.allocate(sorted.length * Long.BYTES);
+        bytes.asLongBuffer().put(sorted);
+        out.add(new Tuple2<>(e.getKey(), bytes.array()));
+      }
+      return out.iterator();
+    }
   }
 }
