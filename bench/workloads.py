@@ -477,16 +477,21 @@ def silver_growth_once(spark: SparkSession, spec: Spec, data: Dataset, name: str
                               source=F.concat(F.col("_metadata.file_path"), F.lit(f"#growth{run}")),
                               position=F.monotonically_increasing_id())
 
+    def gc_seconds() -> float:
+        """The driver JVM's time in garbage collection so far (local mode: the executors' too)."""
+        beans = spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()  # type: ignore[union-attr]
+        return sum(max(0, bean.getCollectionTime()) for bean in beans) / 1000
+
     def timed_batch(ingest: IngestBatch, kind: str) -> Result:
         batch = new_lines(batches[kind]).persist()
         lines = batch.count()
         with steps.recorded() as record:
-            started = time.monotonic()
+            gc_before, started = gc_seconds(), time.monotonic()
             ingest(batch, next(runs))
-            seconds = time.monotonic() - started
+            seconds, gc = time.monotonic() - started, gc_seconds() - gc_before
         batch.unpersist()
         assert record, "IngestBatch logged no line for its batch: its step times are read from it"
-        return {"lines": lines, "seconds": round(seconds, 3), **record}
+        return {"lines": lines, "seconds": round(seconds, 3), "gc_s": round(gc, 3), **record}
 
     timed_batch(IngestBatch(p, t), "small")   # the JVM's first batches compile what every later one runs
     day_versions = {layer: delta_version(getattr(t, layer)) for layer in ("bronze", "quarantine")}
@@ -528,7 +533,8 @@ def silver_growth_once(spark: SparkSession, spec: Spec, data: Dataset, name: str
     for point in points:
         log.info("silver at %d rows: %s", point["silver_rows"],
                  {k: [r["seconds"] for r in point[k]] for k in ("small", "large")})
-    return {"day_rows": day_rows, "order": "interleaved", "points": points}
+    heap_mb = spark._jvm.java.lang.Runtime.getRuntime().maxMemory() / 2**20  # type: ignore[union-attr]
+    return {"day_rows": day_rows, "order": "interleaved", "points": points, "driver_heap_mb": round(heap_mb)}
 
 
 class BatchSteps(logging.Handler):

@@ -1,6 +1,7 @@
 package weir;
 
 import java.net.URI;
+import java.nio.LongBuffer;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
@@ -193,7 +194,7 @@ public final class InsertAbsent {
     List<AddFile> candidates = new ArrayList<>();
     List<AddFile> unseen = new ArrayList<>();
     for (Map.Entry<String, AddFile> e : byEntry.entrySet()) {
-      long[] known = KeyHashes.get(e.getKey());
+      LongBuffer known = KeyHashes.get(e.getKey());
       if (known == null) {
         unseen.add(e.getValue());
       } else if (KeyHashes.intersect(known, batch)) {
@@ -223,7 +224,7 @@ public final class InsertAbsent {
       chunk += rows;
     }
     for (List<AddFile> load : loads) {
-      for (Map.Entry<AddFile, long[]> e : load(log, txn, load, hashColumn).entrySet()) {
+      for (Map.Entry<AddFile, LongBuffer> e : load(log, txn, load, hashColumn).entrySet()) {
         KeyHashes.put(entry(log, e.getKey()), e.getValue(), capacity);
         if (KeyHashes.intersect(e.getValue(), batch)) {
           candidates.add(e.getKey());
@@ -253,15 +254,15 @@ public final class InsertAbsent {
   }
 
   /** The sorted hashes of each of {@code files}, read from its hash column in one job. */
-  private static Map<AddFile, long[]> load(DeltaLog log, OptimisticTransaction txn,
+  private static Map<AddFile, LongBuffer> load(DeltaLog log, OptimisticTransaction txn,
       List<AddFile> files, String hashColumn) {
     Map<URI, AddFile> byPath = new HashMap<>();
     for (AddFile f : files) {
       byPath.put(f.absolutePath(log).toUri(), f);
     }
-    Map<AddFile, long[]> hashes = new HashMap<>();
+    Map<AddFile, LongBuffer> hashes = new HashMap<>();
     Column hash = functions.col(quoted(hashColumn));
-    for (Map.Entry<String, long[]> e : KeyHashes.byFile(log.createDataFrame(txn.snapshot(),
+    for (Map.Entry<String, LongBuffer> e : KeyHashes.byFile(log.createDataFrame(txn.snapshot(),
             CollectionConverters.asScala(files).toList(), false, Option.empty())
         .select(functions.col("_metadata.file_path"), hash)).entrySet()) {
       AddFile f = byPath.remove(new Path(URI.create(e.getKey())).toUri());
@@ -276,7 +277,7 @@ public final class InsertAbsent {
         throw new IllegalStateException(log.dataPath() + ": no key hash read from " + f.path()
             + ", whose statistics count rows");
       }
-      hashes.put(f, new long[0]);
+      hashes.put(f, LongBuffer.allocate(0));
     }
     return hashes;
   }

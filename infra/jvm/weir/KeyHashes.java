@@ -1,6 +1,7 @@
 package weir;
 
 import java.nio.ByteBuffer;
+import java.nio.LongBuffer;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
@@ -26,21 +27,26 @@ import scala.Tuple2;
  * so an entry is named by the file <em>and</em> its deletion vector: a file with another vector is
  * another entry. An entry's hashes are those of the file's rows as read (its vector applied).
  *
- * <p>Bounded: the cache holds at most {@code capacity} hashes (8 bytes each); past it the least
- * recently used entries not in use go, and a file that does not fit is not cached at all (the
- * caller scans its hashes, as for a cold cache). Shared by every table of the JVM, and
- * thread-safe: the stream's write threads and a back-fill in the same driver use it at once.
+ * <p>Bounded, and off the heap: the cache holds at most {@code capacity} hashes (8 bytes each), in
+ * direct buffers. On the heap, 86 MB of hashes (10.7 M silver rows) in a 1 GB driver pushed a
+ * backlog's large batch into long collections: 13-20 s of a 26-34 s batch, against 2-3 s without
+ * them (docs/performance.md). Past the capacity the least recently used entries not in use go, and
+ * a file that does not fit is not cached at all (the caller scans its hashes, as for a cold
+ * cache). Shared by every table of the JVM, and thread-safe: the stream's write threads and a
+ * back-fill in the same driver use it at once.
  */
 final class KeyHashes {
   /** By entry name, in access order: the first is the least recently used. */
-  private static final LinkedHashMap<String, long[]> ENTRIES = new LinkedHashMap<>(64, 0.75f, true);
+  private static final LinkedHashMap<String, LongBuffer> ENTRIES =
+      new LinkedHashMap<>(64, 0.75f, true);
   private static long held;
 
   private KeyHashes() {}
 
-  /** The sorted hashes of an entry, or null when the cache does not hold it. */
-  static synchronized long[] get(String entry) {
-    return ENTRIES.get(entry);
+  /** The sorted hashes of an entry (a read-only view), or null when the cache does not hold it. */
+  static synchronized LongBuffer get(String entry) {
+    LongBuffer hashes = ENTRIES.get(entry);
+    return hashes == null ? null : hashes.asReadOnlyBuffer();
   }
 
   /**
@@ -49,11 +55,11 @@ final class KeyHashes {
    * {@code wanted}).
    */
   static synchronized long makeRoom(long wanted, long capacity, Set<String> inUse) {
-    Iterator<Map.Entry<String, long[]>> oldest = ENTRIES.entrySet().iterator();
+    Iterator<Map.Entry<String, LongBuffer>> oldest = ENTRIES.entrySet().iterator();
     while (held + wanted > capacity && oldest.hasNext()) {
-      Map.Entry<String, long[]> e = oldest.next();
+      Map.Entry<String, LongBuffer> e = oldest.next();
       if (!inUse.contains(e.getKey())) {
-        held -= e.getValue().length;
+        held -= e.getValue().capacity();
         oldest.remove();
       }
     }
@@ -61,18 +67,13 @@ final class KeyHashes {
   }
 
   /** Keep an entry's hashes, sorted; an entry that no longer fits is left out. */
-  static synchronized void put(String entry, long[] sorted, long capacity) {
-    long[] before = ENTRIES.get(entry);
-    long after = held - (before == null ? 0 : before.length) + sorted.length;
+  static synchronized void put(String entry, LongBuffer sorted, long capacity) {
+    LongBuffer before = ENTRIES.get(entry);
+    long after = held - (before == null ? 0 : before.capacity()) + sorted.capacity();
     if (after <= capacity) {
       ENTRIES.put(entry, sorted);
       held = after;
     }
-  }
-
-  /** The hashes held, for tests and logs. */
-  static synchronized long held() {
-    return held;
   }
 
   /** The values sorted, each once (sorts {@code values} in place). */
@@ -88,68 +89,79 @@ final class KeyHashes {
     return Arrays.copyOf(sorted, n);
   }
 
-  /** Whether two sorted arrays share a value: one merge pass, galloping past runs of either. */
-  static boolean intersect(long[] a, long[] b) {
+  /** Whether a file's sorted hashes and a batch's share a value: one merge pass, galloping past
+   * the file's runs below the batch's next hash (a batch is far smaller than a file). */
+  static boolean intersect(LongBuffer file, long[] batch) {
     int i = 0;
-    int j = 0;
-    while (i < a.length && j < b.length) {
-      if (a[i] == b[j]) {
+    int n = file.limit();
+    for (long wanted : batch) {
+      i = gallop(file, i, n, wanted);
+      if (i == n) {
+        return false;
+      }
+      if (file.get(i) == wanted) {
         return true;
-      } else if (a[i] < b[j]) {
-        i = gallop(a, i, b[j]);
-      } else {
-        j = gallop(b, j, a[i]);
       }
     }
     return false;
   }
 
-  /** The first index at or after {@code from} whose value is at least {@code target}. */
-  private static int gallop(long[] sorted, int from, long target) {
+  /** The first index in [from, n) whose value is at least {@code target}, or n. */
+  private static int gallop(LongBuffer sorted, int from, int n, long target) {
+    if (from >= n || sorted.get(from) >= target) {
+      return from;
+    }
+    int low = from;    // sorted[low] < target
     int step = 1;
-    int low = from;
     int high = from + 1;
-    while (high < sorted.length && sorted[high] < target) {
+    while (high < n && sorted.get(high) < target) {
       low = high;
       step <<= 1;
       high = from + step;
     }
-    high = Math.min(high, sorted.length);
-    while (low < high) {   // sorted[low] < target (or low == from), sorted[high] >= target
+    high = Math.min(high, n);
+    while (low + 1 < high) {   // sorted[low] < target; sorted[high] >= target, or high == n
       int mid = (low + high) >>> 1;
-      if (sorted[mid] < target) {
-        low = mid + 1;
+      if (sorted.get(mid) < target) {
+        low = mid;
       } else {
         high = mid;
       }
     }
-    return low;
+    return high;
   }
 
   /**
    * The sorted hashes of each file of {@code fileAndHash} (rows of a file's path and a hash), by
-   * path: each task sorts its files' hashes into an array and sends it as bytes, where a
-   * {@code collect_list} boxed every hash; a file that two tasks read is merged here.
+   * path, each in a direct buffer: each task sorts its files' hashes into an array and sends it as
+   * bytes, where a {@code collect_list} boxed every hash; a file that two tasks read is merged here.
    */
-  static Map<String, long[]> byFile(Dataset<Row> fileAndHash) {
-    Map<String, long[]> files = new HashMap<>();
-    Set<String> split = new java.util.HashSet<>();
+  static Map<String, LongBuffer> byFile(Dataset<Row> fileAndHash) {
+    Map<String, List<byte[]>> parts = new HashMap<>();
     for (Tuple2<String, byte[]> part : fileAndHash.mapPartitions(new PerFile(),
         Encoders.tuple(Encoders.STRING(), Encoders.BINARY())).collectAsList()) {
-      long[] hashes = new long[part._2().length / Long.BYTES];
-      ByteBuffer.wrap(part._2()).asLongBuffer().get(hashes);
-      long[] before = files.put(part._1(), hashes);
-      if (before != null) {
-        long[] both = Arrays.copyOf(before, before.length + hashes.length);
-        System.arraycopy(hashes, 0, both, before.length, hashes.length);
-        files.put(part._1(), both);
-        split.add(part._1());
-      }
+      parts.computeIfAbsent(part._1(), f -> new ArrayList<>(1)).add(part._2());
     }
-    for (String file : split) {
-      Arrays.sort(files.get(file));
+    Map<String, LongBuffer> files = new HashMap<>();
+    for (Map.Entry<String, List<byte[]>> e : parts.entrySet()) {
+      List<byte[]> sortedParts = e.getValue();
+      byte[] sorted = sortedParts.get(0);
+      if (sortedParts.size() > 1) {   // read by two tasks: merged and sorted again
+        long[] all = sortedParts.stream()
+            .flatMapToLong(b -> Arrays.stream(longs(b))).sorted().toArray();
+        ByteBuffer bytes = ByteBuffer.allocate(all.length * Long.BYTES);
+        bytes.asLongBuffer().put(all);
+        sorted = bytes.array();
+      }
+      files.put(e.getKey(), ByteBuffer.allocateDirect(sorted.length).put(sorted).flip().asLongBuffer());
     }
     return files;
+  }
+
+  private static long[] longs(byte[] bytes) {
+    long[] values = new long[bytes.length / Long.BYTES];
+    ByteBuffer.wrap(bytes).asLongBuffer().get(values);
+    return values;
   }
 
   /** One task's files and their sorted hashes, as bytes. */
