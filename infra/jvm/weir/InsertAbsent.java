@@ -11,8 +11,8 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import org.apache.hadoop.fs.Path;
-import org.apache.spark.sql.Column;
 import org.apache.spark.network.util.JavaUtils;
+import org.apache.spark.sql.Column;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.Row;
@@ -59,8 +59,8 @@ import scala.jdk.javaapi.CollectionConverters;
  * each file's name the files where a key of the batch may stand; only those files' keys are then
  * compared in full. Each file's hashes are read once and kept in the driver, sorted
  * ({@link KeyHashes}): a batch reads the hash column only of the files written since the batch
- * before, and merges sorted arrays for the rest, so its cost no longer grows with a scan of the
- * table (docs/performance.md). A hash that two keys share costs a file read, never a row, and
+ * before, and looks its hashes up in the others' in memory, so its cost no longer grows with a
+ * scan of the table (docs/performance.md). A hash that two keys share costs a file read, never a row, and
  * Delta itself keeps the column equal to its expression on every write, whoever the writer.
  */
 public final class InsertAbsent {
