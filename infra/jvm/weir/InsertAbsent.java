@@ -203,14 +203,14 @@ public final class InsertAbsent {
     }
     long unseenRows = 0;
     for (AddFile f : unseen) {
-      unseenRows += f.numLogicalRecords().isDefined() ? (Long) f.numLogicalRecords().get() : 0;
+      unseenRows += Math.max(0, rows(f));
     }
     long room = KeyHashes.makeRoom(unseenRows, capacity, byEntry.keySet());
     List<List<AddFile>> loads = new ArrayList<>();
     List<AddFile> scan = new ArrayList<>();
     long chunk = LOAD_CHUNK_ROWS;
     for (AddFile f : unseen) {
-      long rows = f.numLogicalRecords().isDefined() ? (Long) f.numLogicalRecords().get() : -1;
+      long rows = rows(f);
       if (rows < 0 || rows > room) {   // no row count, or no room: scanned, not kept
         scan.add(f);
         continue;
@@ -236,6 +236,11 @@ public final class InsertAbsent {
     }
     hashed[0] = unseen.size();
     return CollectionConverters.asScala(candidates).toList();
+  }
+
+  /** A file's rows as its statistics count them, its deletion vector applied (-1: no count). */
+  private static long rows(AddFile f) {
+    return f.numLogicalRecords().isDefined() ? (Long) f.numLogicalRecords().get() : -1;
   }
 
   /** The cache's capacity in hashes: {@value #CACHE_BYTES} of the session, or an eighth of the
@@ -273,7 +278,7 @@ public final class InsertAbsent {
       hashes.put(f, e.getValue());
     }
     for (AddFile f : byPath.values()) {   // no row read: the file must hold none
-      if (!f.numLogicalRecords().isDefined() || (Long) f.numLogicalRecords().get() != 0) {
+      if (rows(f) != 0) {
         throw new IllegalStateException(log.dataPath() + ": no key hash read from " + f.path()
             + ", whose statistics count rows");
       }

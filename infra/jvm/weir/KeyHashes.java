@@ -32,8 +32,7 @@ import scala.Tuple2;
  * backlog's large batch into long collections: 13-20 s of a 26-34 s batch, against 2-3 s without
  * them (docs/performance.md). Past the capacity the least recently used entries not in use go, and
  * a file that does not fit is not cached at all (the caller scans its hashes, as for a cold
- * cache). Shared by every table of the JVM, and thread-safe: the stream's write threads and a
- * back-fill in the same driver use it at once.
+ * cache). Shared by every table of the JVM, and thread-safe: any caller's thread may use it.
  */
 final class KeyHashes {
   /** By entry name, in access order: the first is the least recently used. */
@@ -78,15 +77,14 @@ final class KeyHashes {
 
   /** The values sorted, each once (sorts {@code values} in place). */
   static long[] sortedDistinct(long[] values) {
-    long[] sorted = values;
-    Arrays.sort(sorted);
+    Arrays.sort(values);
     int n = 0;
-    for (int i = 0; i < sorted.length; i++) {
-      if (n == 0 || sorted[i] != sorted[n - 1]) {
-        sorted[n++] = sorted[i];
+    for (int i = 0; i < values.length; i++) {
+      if (n == 0 || values[i] != values[n - 1]) {
+        values[n++] = values[i];
       }
     }
-    return Arrays.copyOf(sorted, n);
+    return Arrays.copyOf(values, n);
   }
 
   /** Whether a file's sorted hashes and a batch's share a value: one merge pass, galloping past
