@@ -389,6 +389,15 @@ def markdown_summary(doc: Document) -> str:
                   "| step | first run, s | rerun (nothing to change), s |", "|---|---|---|"]
         lines += [f"| {step} | {_fmt(float(sec))} | {_fmt(rerun.get(step))} |"
                   for step, sec in backfill["steps"].items()]
+    if backfill.get("growth"):
+        steps = list(backfill["growth"][0]["steps"])
+        lines += ["", "## The same back-fill as silver grows (copies of the day under earlier dates; a "
+                      "rerun each: nothing to change)", "",
+                  "| silver rows | whole, s | " + " | ".join(f"{step}, s" for step in steps) + " |",
+                  "|---|---|" + "---|" * len(steps)]
+        lines += [f"| {row['silver_rows']:,} | {_fmt(row['seconds'])} | "
+                  + " | ".join(_fmt(row["steps"].get(step)) for step in steps) + " |"
+                  for row in backfill["growth"]]
     if s["memory"]:
         lines += ["", "## Peak memory and CPU time per run (sampled from /proc every 0.5 s)", "",
                   "| run | largest JVM peak RSS (VmHWM) MB | process tree peak RSS MB | process tree CPU s "

@@ -180,8 +180,10 @@ def run_one(suite: Suite, name: str) -> None:
     """The runs of the selected measurement `name`."""
     p = suite.profile
     interval = p.steady_interval_s
-    if name in ("ceiling", "bare", "platform", "ceiling_transforms", "backfill"):
+    if name in ("ceiling", "bare", "platform", "ceiling_transforms"):
         run_worker(suite, name, suite.spec(name, name))
+    elif name == "backfill":    # the day back-filled, then again as silver grows beside it
+        run_worker(suite, name, suite.spec(name, name, silver_rows=list(p.silver_rows)))
     elif name == "steady":
         for job in ("bare", "platform"):
             run_worker(suite, f"{job}_steady", suite.spec(f"{job}_steady", f"{job}_steady",

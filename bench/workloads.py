@@ -351,6 +351,10 @@ def bare_kafka_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -
 
 
 def backfill_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
+    """A back-fill of the dataset's day after the stream ingested it, silver and gold deleted as if
+    they had to be re-derived; then again (nothing to change). With `silver_rows`, silver then grows
+    to each of those sizes by copies of the day under earlier dates (`SilverCopies`) and the day is
+    back-filled again at each: what its cost owes to the history silver holds beside it."""
     from delta.tables import DeltaTable
 
     from spark_jobs.backfill import backfill
@@ -362,17 +366,61 @@ def backfill_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> 
     tables = ensure_tables(spark, home, p)
     link_into(data, home.landing(PIPELINE))
     run_stream(start_query(spark, p, home, tables, "ingest", once=True))
+    day_silver = delta_version(tables.silver)
+    assert day_silver is not None, "the stream wrote no silver"
     for path in (tables.silver, tables.gold):       # as if silver and gold had to be re-derived
         DeltaTable.forPath(spark, str(path)).delete()
     day = dt.date.fromisoformat(data.day)
-    started = time.monotonic()
-    first = backfill(spark, p, day, day, home)
-    seconds = time.monotonic() - started
-    started = time.monotonic()
-    again = backfill(spark, p, day, day, home)
-    return {"seconds": seconds, "rerun_seconds": time.monotonic() - started,
+
+    def timed() -> tuple[float, Any]:
+        started = time.monotonic()
+        result = backfill(spark, p, day, day, home)
+        return time.monotonic() - started, result
+
+    seconds, first = timed()
+    rerun_seconds, again = timed()
+    growth = []
+    copies = SilverCopies(spark, tables.silver, p, day_silver)
+    for target in spec.params.get("silver_rows", []):
+        rows = copies.to(target)
+        at_size, result = timed()
+        growth.append({"silver_rows": rows, "seconds": round(at_size, 3), "steps": result.seconds,
+                       "changed": result.silver_replaced or result.gold_replaced})
+    return {"seconds": seconds, "rerun_seconds": rerun_seconds,
             "rerun_changed": again.silver_replaced or again.gold_replaced,
-            "lines_read": first.lines_read, "steps": first.seconds, "rerun_steps": again.seconds}
+            "lines_read": first.lines_read, "steps": first.seconds, "rerun_steps": again.seconds,
+            "growth": growth}
+
+
+class SilverCopies:
+    """Silver grown by copies of one day's rows (silver as of `day_version`, when it held only that
+    day) under earlier dates, with other event ids, appended directly: what weeks of a stream leave,
+    in seconds. The key hash is left to Delta, which generates it from the new key. `rows` is
+    silver's size (its latest version)."""
+
+    def __init__(self, spark: SparkSession, silver: Path, pipeline: Pipeline, day_version: int) -> None:
+        self.silver, self.pipeline, self.copies = silver, pipeline, 0
+        self.day = spark.read.format("delta").option("versionAsOf", day_version).load(str(silver))
+        self.day_rows = self.day.count()
+        self.rows = spark.read.format("delta").load(str(silver)).count()
+
+    def to(self, target: int) -> int:
+        """Append copies until silver holds at least `target` rows; its size then."""
+        from pyspark.sql import functions as F
+
+        from spark_jobs.transforms import KEY_HASH
+
+        p = self.pipeline
+        while self.rows < target:
+            self.copies += 1
+            keyed = {p.key: F.concat(F.col(p.key), F.lit(f"~{self.copies}")),
+                     p.event_time: F.col(p.event_time) - F.expr(f"INTERVAL {self.copies} DAYS"),
+                     "event_date": F.date_sub("event_date", self.copies)}
+            (self.day.select(*[keyed.get(c, F.col(c)).alias(c) for c in self.day.columns
+                               if c != KEY_HASH])
+             .write.format("delta").mode("append").save(str(self.silver)))
+            self.rows += self.day_rows
+        return self.rows
 
 
 def ingest_profile_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
@@ -454,7 +502,6 @@ def silver_growth_once(spark: SparkSession, spec: Spec, data: Dataset, name: str
     from spark_jobs.layers import ensure_tables
     from spark_jobs.sources import bronze_columns
     from spark_jobs.stream import IngestBatch, start_query
-    from spark_jobs.transforms import KEY_HASH
 
     p = playback()
     home = fresh_home(spec, name)
@@ -462,8 +509,7 @@ def silver_growth_once(spark: SparkSession, spec: Spec, data: Dataset, name: str
     link_into(data, home.landing(PIPELINE))
     run_stream(start_query(spark, p, home, t, "ingest", once=True))
     day_version = delta_version(t.silver)
-    day = spark.read.format("delta").option("versionAsOf", day_version).load(str(t.silver))
-    day_rows = day.count()
+    assert day_version is not None, "the stream wrote no silver"
     steps = BatchSteps()
     runs = itertools.count()
     large = one_batch_of_files(data, p)
@@ -494,20 +540,11 @@ def silver_growth_once(spark: SparkSession, spec: Spec, data: Dataset, name: str
         return {"lines": lines, "seconds": round(seconds, 3), "gc_s": round(gc, 3), **record}
 
     timed_batch(IngestBatch(p, t), "small")   # the JVM's first batches compile what every later one runs
+    copies = SilverCopies(spark, t.silver, p, day_version)
     day_versions = {layer: delta_version(getattr(t, layer)) for layer in ("bronze", "quarantine")}
     sized: list[tuple[int, IngestBatch]] = []
-    copies = 0
-    rows = spark.read.format("delta").load(str(t.silver)).count()
     for target in spec.params["silver_rows"]:
-        while rows < target:
-            copies += 1
-            keyed = {p.key: F.concat(F.col(p.key), F.lit(f"~{copies}")),
-                     p.event_time: F.col(p.event_time) - F.expr(f"INTERVAL {copies} DAYS"),
-                     "event_date": F.date_sub("event_date", copies)}
-            # the key hash left to Delta, which generates it from the new key
-            (day.select(*[keyed.get(c, F.col(c)).alias(c) for c in day.columns if c != KEY_HASH])
-             .write.format("delta").mode("append").save(str(t.silver)))
-            rows += day_rows
+        rows = copies.to(target)
         own = fresh_home(spec, f"{name}-{rows}").root / "tables"
         versions = {**day_versions, "silver": delta_version(t.silver)}
         for layer, version in versions.items():
@@ -534,7 +571,8 @@ def silver_growth_once(spark: SparkSession, spec: Spec, data: Dataset, name: str
         log.info("silver at %d rows: %s", point["silver_rows"],
                  {k: [r["seconds"] for r in point[k]] for k in ("small", "large")})
     heap_mb = spark._jvm.java.lang.Runtime.getRuntime().maxMemory() / 2**20  # type: ignore[union-attr]
-    return {"day_rows": day_rows, "order": "interleaved", "points": points, "driver_heap_mb": round(heap_mb)}
+    return {"day_rows": copies.day_rows, "order": "interleaved", "points": points,
+            "driver_heap_mb": round(heap_mb)}
 
 
 class BatchSteps(logging.Handler):
