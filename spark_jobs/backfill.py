@@ -53,6 +53,10 @@ if TYPE_CHECKING:
     from spark_jobs.catalog import Pipeline
 
 log = logging.getLogger(__name__)
+# At most this many bronze lines per partition of the lines a back-fill parses and caches: a day of
+# a million lines read from a few small bronze files came in two partitions, cached blocks of
+# over 260 MB that a 1 GB driver could not hold, unroll back from disk or survive beside a join.
+PARTITION_LINES = 100_000
 # Rounds of "recompute gold from silver, merge the differences": more than one only when the
 # stream commits silver or gold for these dates while the back-fill runs.
 GOLD_ROUNDS = 4
@@ -124,13 +128,22 @@ def bronze_lines(spark: SparkSession, path: Path, version: int, date_from: dt.da
             .where(hint.between(F.lit(date_from), F.lit(date_to)) | hint.isNull()))
 
 
+def in_partitions_of(rows: DataFrame, most: int) -> DataFrame:
+    """`rows` spread evenly over partitions of at most `most` rows each. How a table's files split
+    into partitions follows their compressed bytes: bronze's raw lines compress about six to one,
+    so a split Spark sizes for 128 MB of Parquet holds several times that once parsed and cached.
+    The count reads only what `rows`' filters need; the spread is one shuffle of the rows."""
+    return rows.repartition(max(1, -(-rows.count() // most)))
+
+
 def _backfill(spark: SparkSession, pipeline: Pipeline, date_from: dt.date, date_to: dt.date,
               home: WeirHome, hold: Hold) -> BackfillResult:
     tables = ensure_tables(spark, home, pipeline)
     in_range = date_range("event_date", date_from, date_to)
     version = latest_version(tables.bronze)
-    lines = bronze_lines(spark, tables.bronze, version, date_from, date_to)
     steps = StepTimes()
+    lines = steps.time("read", lambda: in_partitions_of(
+        bronze_lines(spark, tables.bronze, version, date_from, date_to), PARTITION_LINES))
     # the stream's own parse and row rules, so both keep and refuse the same rows
     parsed = row_rules.with_rules(transforms.parse(lines, pipeline), pipeline.row_rules).persist()
     try:

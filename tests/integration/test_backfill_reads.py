@@ -12,6 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+import spark_jobs.backfill
 from spark_jobs import transforms
 from spark_jobs.backfill import backfill, bronze_lines, latest_version
 from spark_jobs.control import eventlog
@@ -70,7 +71,8 @@ def scanned(df: DataFrame) -> tuple[int, int]:
     return files, rows
 
 
-def test_backfill_of_one_date_reads_only_the_bronze_files_of_that_date(spark, home):
+def test_backfill_of_one_date_reads_only_the_bronze_files_of_that_date(spark, home, monkeypatch):
+    """...and parses them in partitions of bounded lines, however few files hold them."""
     pipeline = playback()
     tables = ensure_tables(spark, home, pipeline)
     bronze, late_day_ids = bronze_of_days(spark)
@@ -84,9 +86,23 @@ def test_backfill_of_one_date_reads_only_the_bronze_files_of_that_date(spark, ho
     # LATE_DAY's own ingest file, and the next day's, which holds its late events
     assert (files, rows) == (2, 2 * (PER_DAY + 1) + 3), (files, rows, all_files, all_rows)
 
+    spread: list[DataFrame] = []
+
+    def in_partitions_of(rows: DataFrame, most: int) -> DataFrame:
+        spread.append(bounded_by(rows, most))
+        return spread[-1]
+
+    bounded_by = spark_jobs.backfill.in_partitions_of
+    monkeypatch.setattr(spark_jobs.backfill, "PARTITION_LINES", 10)
+    monkeypatch.setattr(spark_jobs.backfill, "in_partitions_of", in_partitions_of)
     result = backfill(spark, pipeline, LATE_DAY, LATE_DAY, home=home)
     assert result.silver_replaced and result.quarantine_replaced
     assert_exactly_once(table(spark, tables.silver), ("event_id",), late_day_ids, "silver")
+    # the day's 20 events, its 3 late ones and its malformed line (no hint) of the two files'
+    # 45 rows, parsed in partitions of at most 10 lines (Spark reads both files as one)
+    per_partition = [r[1] for r in spread[0].groupBy(F.spark_partition_id()).count().collect()]
+    assert result.lines_read == sum(per_partition) == PER_DAY + 3 + 1, per_partition
+    assert len(per_partition) == 3 and max(per_partition) <= 10, per_partition
     # the malformed line of LATE_DAY's ingest day is re-derived with it; other days' are not
     quarantine = table(spark, tables.quarantine)
     assert [r.ingest_date for r in quarantine.collect()] == [LATE_DAY]
