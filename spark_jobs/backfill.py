@@ -53,9 +53,10 @@ if TYPE_CHECKING:
     from spark_jobs.catalog import Pipeline
 
 log = logging.getLogger(__name__)
-# At most this many bronze lines per partition of the lines a back-fill parses and caches: a day of
-# a million lines read from a few small bronze files came in two partitions, cached blocks of
-# over 260 MB that a 1 GB driver could not hold, unroll back from disk or survive beside a join.
+# At most this many bronze lines per partition of the lines a back-fill (or a refresh) parses and
+# caches, and about as many silver rows per partition of what they derive. A day of a million lines
+# read from a few small bronze files came in two partitions, cached blocks of over 260 MB that a
+# 1 GB driver could not hold; a day of four million ran out of memory in the dedupe's four.
 PARTITION_LINES = 100_000
 # Rounds of "recompute gold from silver, merge the differences": more than one only when the
 # stream commits silver or gold for these dates while the back-fill runs.
@@ -128,12 +129,14 @@ def bronze_lines(spark: SparkSession, path: Path, version: int, date_from: dt.da
             .where(hint.between(F.lit(date_from), F.lit(date_to)) | hint.isNull()))
 
 
-def in_partitions_of(rows: DataFrame, most: int) -> DataFrame:
-    """`rows` spread evenly over partitions of at most `most` rows each. How a table's files split
-    into partitions follows their compressed bytes: bronze's raw lines compress about six to one,
-    so a split Spark sizes for 128 MB of Parquet holds several times that once parsed and cached.
-    The count reads only what `rows`' filters need; the spread is one shuffle of the rows."""
-    return rows.repartition(max(1, -(-rows.count() // most)))
+def in_partitions_of(rows: DataFrame, most: int) -> tuple[DataFrame, int]:
+    """`rows` spread evenly over partitions of at most `most` rows each, and how many. How a
+    table's files split into partitions follows their compressed bytes: bronze's raw lines
+    compress about six to one, so a split Spark sizes for 128 MB of Parquet holds several times
+    that once parsed and cached. The count reads only what `rows`' filters need; the spread is one
+    shuffle of the rows."""
+    partitions = max(1, -(-rows.count() // most))
+    return rows.repartition(partitions), partitions
 
 
 def _backfill(spark: SparkSession, pipeline: Pipeline, date_from: dt.date, date_to: dt.date,
@@ -142,13 +145,14 @@ def _backfill(spark: SparkSession, pipeline: Pipeline, date_from: dt.date, date_
     in_range = date_range("event_date", date_from, date_to)
     version = latest_version(tables.bronze)
     steps = StepTimes()
-    lines = steps.time("read", lambda: in_partitions_of(
+    lines, partitions = steps.time("read", lambda: in_partitions_of(
         bronze_lines(spark, tables.bronze, version, date_from, date_to), PARTITION_LINES))
     # the stream's own parse and row rules, so both keep and refuse the same rows
     parsed = row_rules.with_rules(transforms.parse(lines, pipeline), pipeline.row_rules).persist()
     try:
         read = steps.time("read+parse", parsed.count)
-        derived = transforms.silver(parsed, read_dimension(spark, tables), pipeline)
+        derived = transforms.silver(parsed, read_dimension(spark, tables), pipeline,
+                                    partitions=partitions)
         lineage = parsed.select("_source", "_position")
         silver_replaced = steps.time("silver", lambda: reconcile(
             _first_copies(derived, tables, pipeline, in_range), tables.silver, (pipeline.key,),
@@ -292,10 +296,12 @@ def rebuild_from_bronze(spark: SparkSession, pipeline: Pipeline, home: WeirHome)
     the sessions are left to `rebuild_from_silver`, which runs on their fresh checkpoints. Returns V."""
     tables = ensure_tables(spark, home, pipeline)
     version = latest_version(tables.bronze)
-    lines = spark.read.format("delta").option("versionAsOf", version).load(str(tables.bronze))
+    lines, partitions = in_partitions_of(spark.read.format("delta").option("versionAsOf", version)
+                                         .load(str(tables.bronze)), PARTITION_LINES)
     parsed = row_rules.with_rules(transforms.parse(lines, pipeline), pipeline.row_rules).persist()
     try:
-        derived = transforms.silver(parsed, read_dimension(spark, tables), pipeline)
+        derived = transforms.silver(parsed, read_dimension(spark, tables), pipeline,
+                                    partitions=partitions)
         for frame, path, partition in ((derived, tables.silver, "event_date"),
                                        (transforms.rejects(parsed), tables.quarantine, "ingest_date")):
             retry_conflicts(lambda f=frame, t=path, c=partition: f.write.format("delta").mode("overwrite")

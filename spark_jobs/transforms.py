@@ -243,12 +243,16 @@ def event_date(pipeline: Pipeline) -> Column:
     return F.to_date(pipeline.event_time)
 
 
-def dedupe(events: DataFrame, key: str) -> DataFrame:
+def dedupe(events: DataFrame, key: str, partitions: int | None = None) -> DataFrame:
     """One row per `key`: the first ingested (by ingest time, source, position: unique, so the
     choice is deterministic whatever the batching, and the stream and a back-fill keep the same
     row). A window's first row, not the minimum of a struct of the whole row: Spark aggregates a
     struct of strings by sorting before and after the shuffle, 1.34 s against 0.97 s for the
-    silver rows of a 507 k-line batch (docs/performance.md)."""
+    silver rows of a 507 k-line batch (docs/performance.md). The window's shuffle makes
+    `partitions` partitions (default: the session's shuffle partitions, sized for a micro-batch;
+    a back-fill's day or a refresh's whole bronze passes as many as its lines need)."""
+    if partitions is not None:
+        events = events.repartition(partitions, key)
     first = Window.partitionBy(key).orderBy("_ingest_time", "_source", "_position")
     return events.withColumn("_rank", F.row_number().over(first)).where("_rank = 1").drop("_rank")
 
@@ -263,9 +267,11 @@ def enrich(events: DataFrame, dimension: DataFrame | None, pipeline: Pipeline) -
     return events.join(F.broadcast(dimension.select(d.key, *d.columns)), on=d.key, how="left")
 
 
-def silver(parsed: DataFrame, dimension: DataFrame | None, pipeline: Pipeline) -> DataFrame:
-    """Valid, typed, unique, enriched events in the silver column order."""
-    out = enrich(dedupe(derive(valid(parsed), pipeline), pipeline.key), dimension, pipeline)
+def silver(parsed: DataFrame, dimension: DataFrame | None, pipeline: Pipeline, *,
+           partitions: int | None = None) -> DataFrame:
+    """Valid, typed, unique, enriched events in the silver column order, in `partitions`
+    partitions (see `dedupe`)."""
+    out = enrich(dedupe(derive(valid(parsed), pipeline), pipeline.key, partitions), dimension, pipeline)
     contract = [f.name for f in pipeline.fields]
     extra = list(pipeline.derived) + (list(pipeline.dimension.columns) if pipeline.dimension else [])
     return out.select(*contract, *extra, "event_date", *LINEAGE, key_hash((pipeline.key,)))

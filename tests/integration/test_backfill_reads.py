@@ -88,7 +88,7 @@ def test_backfill_of_one_date_reads_only_the_bronze_files_of_that_date(spark, ho
 
     spread: list[DataFrame] = []
 
-    def in_partitions_of(rows: DataFrame, most: int) -> DataFrame:
+    def in_partitions_of(rows: DataFrame, most: int) -> tuple[DataFrame, int]:
         spread.append(bounded_by(rows, most))
         return spread[-1]
 
@@ -100,9 +100,10 @@ def test_backfill_of_one_date_reads_only_the_bronze_files_of_that_date(spark, ho
     assert_exactly_once(table(spark, tables.silver), ("event_id",), late_day_ids, "silver")
     # the day's 20 events, its 3 late ones and its malformed line (no hint) of the two files'
     # 45 rows, parsed in partitions of at most 10 lines (Spark reads both files as one)
-    per_partition = [r[1] for r in spread[0].groupBy(F.spark_partition_id()).count().collect()]
+    lines, partitions = spread[0]
+    per_partition = [r[1] for r in lines.groupBy(F.spark_partition_id()).count().collect()]
     assert result.lines_read == sum(per_partition) == PER_DAY + 3 + 1, per_partition
-    assert len(per_partition) == 3 and max(per_partition) <= 10, per_partition
+    assert len(per_partition) == partitions == 3 and max(per_partition) <= 10, per_partition
     # the malformed line of LATE_DAY's ingest day is re-derived with it; other days' are not
     quarantine = table(spark, tables.quarantine)
     assert [r.ingest_date for r in quarantine.collect()] == [LATE_DAY]
