@@ -72,7 +72,7 @@ def scanned(df: DataFrame) -> tuple[int, int]:
 
 
 def test_backfill_of_one_date_reads_only_the_bronze_files_of_that_date(spark, home, monkeypatch):
-    """...and parses them in partitions of bounded lines, however few files hold them."""
+    """It also parses them in partitions of bounded lines, however few files hold them."""
     pipeline = playback()
     tables = ensure_tables(spark, home, pipeline)
     bronze, late_day_ids = bronze_of_days(spark)

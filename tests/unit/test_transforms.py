@@ -134,6 +134,17 @@ def test_dedupe_breaks_a_tie_of_ingest_time_by_source_then_position(spark):
     assert [(r.device, r._position) for r in rows] == [("web", 1)]
 
 
+def test_dedupe_shuffles_once_into_the_partitions_a_batch_job_asks_for(spark):
+    """A back-fill's day or a refresh's bronze is deduplicated in partitions sized by its lines:
+    the window keeps that partitioning instead of shuffling again into the session's (4), which
+    held a million rows each for a day of 4 M lines and ran a 1 GB driver out of memory."""
+    lines = [with_(event_id=f"e{i % 7}", device=f"d{i}") for i in range(20)]
+    parsed = transforms.parse(bronze(spark, *lines), PLAYBACK)
+    rows = transforms.silver(parsed, None, PLAYBACK, partitions=3)
+    assert rows.rdd.getNumPartitions() == 3
+    assert sorted(r.device for r in rows.collect()) == sorted(f"d{i}" for i in range(7))
+
+
 def test_enrichment_gives_nulls_for_unknown_content(spark):
     dim = spark.createDataFrame([("c001", "Paper Tide", "drama")],
                                 "content_id string, title string, genre string")
