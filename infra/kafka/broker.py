@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from spark_jobs.home import REPO_ROOT, WeirHome
+from spark_jobs.ports import free_ports
 
 log = logging.getLogger("weir.kafka.broker")
 
@@ -89,12 +90,6 @@ def _classpath() -> str:
     if not STAMP.is_file() or not any(LIB.glob("kafka_2.13-*.jar")):
         raise BrokerError(f"Kafka broker not installed ({LIB} empty): run `infra/kafka/broker.sh install`")
     return str(LIB / "*")
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _cluster_id() -> str:
@@ -221,10 +216,11 @@ def start(home: WeirHome, port: int | None = None, timeout_s: float = READY_TIME
         return current
     classpath = _classpath()
     previous = read_state(home)
+    spare, other = free_ports(2)  # distinct, so a drawn port never meets the drawn controller port
     port = port or int(os.environ.get("WEIR_KAFKA_PORT", 0)) or (previous.port if previous else 0) \
-        or _free_port()
+        or spare
     controller_port = (previous.controller_port if previous and previous.port == port else 0) \
-        or _free_port()
+        or next(drawn for drawn in (spare, other) if drawn != port)
     root, data = home.kafka, home.kafka / "data"
     root.mkdir(parents=True, exist_ok=True)
     home.logs.mkdir(parents=True, exist_ok=True)

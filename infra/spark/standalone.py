@@ -25,18 +25,13 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from spark_jobs.home import WeirHome  # noqa: E402
+from spark_jobs.ports import free_ports  # noqa: E402
 
 
 def spark_class() -> Path:
     import pyspark
 
     return Path(pyspark.__file__).parent / "bin" / "spark-class"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def folder() -> Path:
@@ -70,7 +65,7 @@ def launch(name: str, args: list[str]) -> subprocess.Popen[bytes]:
 def start(cores: int, memory: str, timeout_s: float = 180.0) -> dict[str, object]:
     if state_path().exists():
         stop()
-    port, ui, worker_ui = free_port(), free_port(), free_port()
+    port, ui, worker_ui = free_ports(3)
     master = launch("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                                "--port", str(port), "--webui-port", str(ui)])
     url = f"spark://127.0.0.1:{port}"

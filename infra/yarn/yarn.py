@@ -23,7 +23,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from spark_jobs.home import WeirHome  # noqa: E402
+from spark_jobs.ports import free_ports  # noqa: E402
 
 log = logging.getLogger("weir.yarn")
 
@@ -130,12 +130,6 @@ def running(home: WeirHome) -> YarnState | None:
     if state and _alive(state.rm_pid, RM_MAIN, conf) and _alive(state.nm_pid, NM_MAIN, conf):
         return state
     return None
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _site(properties: dict[str, str]) -> str:
@@ -234,6 +228,16 @@ def _tail(path: Path, lines: int = 20) -> str:
         return "(no log)"
 
 
+def _since(path: Path, offset: int) -> str:
+    """What `path` gained after its first `offset` bytes (the log is kept across restarts)."""
+    try:
+        with open(path, "rb") as log_file:
+            log_file.seek(offset)
+            return log_file.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def _daemon(home: WeirHome, name: str, main_class: str) -> subprocess.Popen[bytes]:
     conf = conf_dir(home)
     if not any(LIB.glob("hadoop-yarn-server-nodemanager-*.jar")):
@@ -266,23 +270,51 @@ def _nodes_running(rm_url: str) -> bool:
 
 PORT_NAMES = ("rm", "rm_scheduler", "rm_tracker", "rm_admin", "rm_web", "nm", "nm_localizer",
               "nm_web", "nm_collector")
+BIND_ATTEMPTS = 3
+
+
+class _PortTaken(YarnError):
+    """A daemon could not bind one of its ports: another process took it after the look-up."""
+
+
+def _ports(kept: dict[str, int]) -> dict[str, int]:
+    """The ports `kept` from a previous start, the missing ones drawn together (so distinct), and
+    the ResourceManager's web port pinned by `WEIR_YARN_RM_WEB_PORT` when set."""
+    ports = {name: kept[name] for name in PORT_NAMES if kept.get(name)}
+    missing = [name for name in PORT_NAMES if name not in ports]
+    ports.update(zip(missing, free_ports(len(missing)), strict=True))
+    if os.environ.get("WEIR_YARN_RM_WEB_PORT"):
+        ports["rm_web"] = int(os.environ["WEIR_YARN_RM_WEB_PORT"])
+    return ports
 
 
 def start(home: WeirHome, timeout_s: float = READY_TIMEOUT_S) -> YarnState:
     """Start the ResourceManager and NodeManager of `home` unless they run; return once the
-    NodeManager has registered as RUNNING."""
+    NodeManager has registered as RUNNING. The ports of the previous start are kept (clients
+    configured against them keep working); when one of them, or a new one, was taken by another
+    process meanwhile, all are drawn anew, up to `BIND_ATTEMPTS` times."""
     current = running(home)
     if current:
         return current
     stop(home)  # a half-running pair from before
     previous = read_state(home)
-    ports = dict(previous.ports) if previous else {}
-    for name in PORT_NAMES:
-        ports[name] = ports.get(name) or _free_port()
-    if os.environ.get("WEIR_YARN_RM_WEB_PORT"):
-        ports["rm_web"] = int(os.environ["WEIR_YARN_RM_WEB_PORT"])
+    kept = dict(previous.ports) if previous else {}
+    for attempt in range(1, BIND_ATTEMPTS + 1):
+        try:
+            return _start(home, _ports(kept), timeout_s)
+        except _PortTaken as taken:
+            if attempt == BIND_ATTEMPTS:
+                raise YarnError(f"no free ports after {attempt} attempts: {taken}") from taken
+            log.warning("a port was taken before YARN bound it; drawing new ports: %s",
+                        str(taken).splitlines()[0])
+            kept = {}
+
+
+def _start(home: WeirHome, ports: dict[str, int], timeout_s: float) -> YarnState:
     home.logs.mkdir(parents=True, exist_ok=True)
     conf = _write_conf(home, ports)
+    logs = {name: home.logs / f"yarn-{name}.log" for name in ("resourcemanager", "nodemanager")}
+    offsets = {name: path.stat().st_size if path.is_file() else 0 for name, path in logs.items()}
     rm = _daemon(home, "resourcemanager", RM_MAIN)
     nm = _daemon(home, "nodemanager", NM_MAIN)
     rm_url = f"http://127.0.0.1:{ports['rm_web']}"
@@ -294,16 +326,18 @@ def start(home: WeirHome, timeout_s: float = READY_TIMEOUT_S) -> YarnState:
     while time.monotonic() < deadline:
         for name, process in (("resourcemanager", rm), ("nodemanager", nm)):
             if process.poll() is not None:
-                log_file = home.logs / f"yarn-{name}.log"
                 stop(home)
-                raise YarnError(f"{name} exited with {process.returncode}; see {log_file}:\n{_tail(log_file)}")
+                message = f"{name} exited with {process.returncode}; see {logs[name]}:\n{_tail(logs[name])}"
+                if "java.net.BindException" in _since(logs[name], offsets[name]):
+                    raise _PortTaken(message)
+                raise YarnError(message)
         if _nodes_running(rm_url):
             log.info("YARN running: RM pid %d at %s, NM pid %d", rm.pid, rm_url, nm.pid)
             return state
         time.sleep(1.0)
     stop(home)
     raise YarnError(f"no NodeManager RUNNING at {rm_url} within {timeout_s:.0f}s; see "
-                    f"{home.logs / 'yarn-nodemanager.log'}")
+                    f"{logs['nodemanager']}")
 
 
 def stop(home: WeirHome, grace_s: float = STOP_GRACE_S) -> bool:

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from spark_jobs.home import REPO_ROOT, WeirHome
+from spark_jobs.ports import free_ports
 from tests.airflow.supervision_harness import DRIVER_CONF, LOCAL_MASTER
 from tests.support.polling import WaitAborted, WaitTimeout, wait_for
-from tests.support.ports import free_ports
 
 VENV_BIN = Path(sys.executable).parent
 AIRFLOW = VENV_BIN / "airflow"

@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 
 from spark_jobs.home import REPO_ROOT, WeirHome
+from spark_jobs.ports import free_ports
 from spark_jobs.tables import delta_version
 from tests.helpers import assert_exactly_once, landing_keys, table
 from tests.support.make_up import MakeUp, make_up
 from tests.support.polling import wait_for
-from tests.support.ports import free_ports
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(1200)]
 P = "playback"

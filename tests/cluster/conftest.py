@@ -21,7 +21,7 @@ import pytest
 
 from spark_jobs.control.backends import DriverHandle, YarnBackend
 from spark_jobs.home import REPO_ROOT
-from tests.support.ports import free_ports
+from spark_jobs.ports import free_ports
 
 SERVICES = REPO_ROOT / "infra" / "cluster" / "services.sh"
 YARN = REPO_ROOT / "infra" / "yarn" / "yarn.py"

@@ -40,11 +40,11 @@ from spark_jobs.control.store import PostgresStore, control_store
 from spark_jobs.generator import Written, generate
 from spark_jobs.home import REPO_ROOT, WeirHome
 from spark_jobs.layers import PipelineTables
+from spark_jobs.ports import free_ports
 from spark_jobs.tables import delta_version
 from tests.airflow.airflow_services import AIRFLOW, COMPONENTS, AirflowServices
 from tests.cluster.conftest import ClusterServices, YarnCluster
 from tests.helpers import assert_exactly_once, table
-from tests.support.ports import free_ports
 from tests.support.recovery_times import RecoveryTimes
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.airflow, pytest.mark.timeout(2400)]

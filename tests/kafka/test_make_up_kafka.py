@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.home import REPO_ROOT, WeirHome
+from spark_jobs.ports import free_ports
 from tests.kafka.harness import delta_row_count
 from tests.support.make_up import answers, make_up, processes_of
-from tests.support.ports import free_ports
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(900)]
 WEIR = REPO_ROOT / ".venv" / "bin" / "weir"
