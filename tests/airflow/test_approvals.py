@@ -29,7 +29,9 @@ from tests.helpers import assert_exactly_once, table
 from tests.integration.pipelines import playback
 from tests.support.approvals import respond, run_answered, time_out
 
-pytestmark = [pytest.mark.slow, pytest.mark.airflow, pytest.mark.timeout(900)]
+# `DAG.test()` runs tasks under Airflow's SIGALRM timeout, which cancels pytest-timeout's alarm:
+# only the thread method still ends a hung test (it ends the worker; xdist reports the test failed).
+pytestmark = [pytest.mark.slow, pytest.mark.airflow, pytest.mark.timeout(900, method="thread")]
 P = "playback"
 START = dt.datetime(2026, 11, 19, 20, 0, tzinfo=dt.UTC)
 AIRFLOW = Path(sys.executable).parent / "airflow"

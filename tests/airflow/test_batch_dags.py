@@ -31,7 +31,9 @@ from tests.helpers import assert_exactly_once, table
 from tests.integration.pipelines import playback
 from tests.support.approvals import respond, run_answered
 
-pytestmark = [pytest.mark.slow, pytest.mark.airflow, pytest.mark.timeout(900)]
+# `DAG.test()` runs tasks under Airflow's SIGALRM timeout, which cancels pytest-timeout's alarm:
+# only the thread method still ends a hung test (it ends the worker; xdist reports the test failed).
+pytestmark = [pytest.mark.slow, pytest.mark.airflow, pytest.mark.timeout(900, method="thread")]
 P = "playback"
 DAY_1 = dt.datetime(2026, 11, 19, 20, 0, tzinfo=dt.UTC)
 DAY_2 = dt.datetime(2026, 11, 20, 9, 0, tzinfo=dt.UTC)
@@ -316,7 +318,7 @@ with open(sys.argv[3], "w") as out:   # not stdout: Spark and Airflow log there 
 """
 
 
-@pytest.mark.timeout(1500)   # five spark-submitted jobs, each a JVM start on a shared machine
+@pytest.mark.timeout(1500, method="thread")  # five spark-submitted jobs, each a JVM start
 def test_dq_checkpoint_restart_tasks_and_the_deploy_gate_start_no_jvm_in_the_airflow_process(
         fed: Fed, tmp_path: Path) -> None:
     plugins = Path(__file__).resolve().parents[2] / "plugins"

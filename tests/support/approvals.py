@@ -5,6 +5,7 @@ or a timeout the way the scheduler's `check_awaiting_input_timeouts` sweep does 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import threading
 import time
 from typing import Any
@@ -12,10 +13,30 @@ from typing import Any
 from spark_jobs import catalog
 
 ANSWER_WITHIN_S = 240
+DAG_TEST_LOG = "airflow.sdk.definitions.dag"
+
+
+class _DagTestWaits(logging.Handler):
+    """Set once `DAG.test()` waits for input. It writes the state the task came back with
+    (`TaskInstance.set_state`) *after* the task parked itself through the execution API: an answer
+    given in between is overwritten, and the run waits forever (a CI run hung 15 minutes on it).
+    Its loop logs that it waits only after that write; a person answers later still."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.waiting = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("Waiting for Human-in-the-loop input"):
+            self.waiting.set()
+
+
+_dag_test = _DagTestWaits()
 
 
 def parked(dag_id: str, task_id: str) -> Any:
-    """The task instance of `dag_id.task_id` waiting for input (with its HITL request), once it is."""
+    """The task instance of `dag_id.task_id` waiting for input (with its HITL request), once it is
+    and `DAG.test()` has written its state (see `_DagTestWaits`)."""
     from airflow.models.taskinstance import TaskInstance as TI
     from airflow.utils.session import create_session
     from airflow.utils.state import TaskInstanceState
@@ -23,6 +44,8 @@ def parked(dag_id: str, task_id: str) -> Any:
     from sqlalchemy.orm import joinedload
 
     deadline = time.monotonic() + ANSWER_WITHIN_S
+    if not _dag_test.waiting.wait(ANSWER_WITHIN_S):
+        raise AssertionError(f"DAG.test() of {dag_id} never waited for input")
     while time.monotonic() < deadline:
         with create_session() as session:
             ti = session.scalars(select(TI).where(TI.dag_id == dag_id, TI.task_id == task_id,
@@ -98,9 +121,18 @@ def run_answered(dag_id: str, answer: Any, **conf: Any) -> tuple[Any, dict]:
             errors.append(err)
             unblock(dag_id)
 
+    logger = logging.getLogger(DAG_TEST_LOG)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(_dag_test)
+    _dag_test.waiting.clear()
     helper = threading.Thread(target=answering, daemon=True)
     helper.start()
-    run = dag.test(run_conf=conf)
+    try:
+        run = dag.test(run_conf=conf)
+    finally:
+        logger.removeHandler(_dag_test)
+        logger.setLevel(level)
     helper.join(timeout=30)
     assert not errors, errors
     return run, seen
