@@ -59,8 +59,3 @@ def free_ports(count: int) -> tuple[int, ...]:
     finally:
         for sock in held:
             sock.close()
-
-
-def free_port() -> int:
-    [port] = free_ports(1)
-    return port
