@@ -51,7 +51,7 @@ def free_ports(count: int) -> tuple[int, ...]:
                 sock.close()
                 continue
             held.append(sock)
-        while len(held) < count:  # no room below the range: let the kernel choose
+        while len(held) < count:  # no room below the range, or none of it free: the kernel chooses
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.bind((HOST, 0))
             held.append(sock)
