@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.home import WeirHome
+from tests.support import jit
 
 os.environ.setdefault("WEIR_SPARK_LOG_LEVEL", "ERROR")
+jit.for_started_drivers()
 REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("PYSPARK_PYTHON", str(REPO / ".venv" / "bin" / "python"))
 TEST_CONF = {
@@ -21,8 +23,9 @@ TEST_CONF = {
     "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
     "spark.driver.memory": "2g",
     # a setting of the driver's own, as a pipeline's configuration may carry one: it adds to Weir's
-    # JVM options and must not replace them (tests/integration/test_jvm_options.py)
-    "spark.driver.extraJavaOptions": "-Dweir.tests.own-option=kept",
+    # JVM options and must not replace them (tests/integration/test_jvm_options.py). The session
+    # lives for the whole run: it keeps C2, where the drivers tests start run C1 only (`jit`).
+    "spark.driver.extraJavaOptions": f"-Dweir.tests.own-option=kept {jit.LONG_LIVED}",
 }
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from spark_jobs.home import REPO_ROOT, WeirHome
 from spark_jobs.ports import free_ports
 from tests.airflow.supervision_harness import DRIVER_CONF, LOCAL_MASTER
+from tests.support import jit
 from tests.support.polling import WaitAborted, WaitTimeout, wait_for
 
 VENV_BIN = Path(sys.executable).parent
@@ -49,11 +50,12 @@ def small_spark_jobs() -> dict[str, str]:
     as defaults, as it reads spark-defaults.conf), not through a SPARK_CONF_DIR of their own: the
     conf folder leads the driver's class path, and a class path other than the one the class
     archive was recorded with keeps the JVM from mapping it (`spark_jobs.class_archive`): a
-    session started in 5.7-6.4 s with such a folder, 3.6-3.8 s without (docs/performance.md)."""
+    session started in 5.7-6.4 s with such a folder, 3.6-3.8 s without (docs/performance.md).
+    They end with C1 only, as every driver the tests start (`tests.support.jit`)."""
     conf = {k: v for k, v in DRIVER_CONF.items() if k != "spark.driver.memory"}
     options = [f"-D{k}={v}" for k, v in conf.items()]
     options.append(f"-Dlog4j2.configurationFile=file:{REPO_ROOT / 'infra' / 'spark' / 'log4j2.properties'}")
-    return {"SPARK_SUBMIT_OPTS": " ".join(options),
+    return {"SPARK_SUBMIT_OPTS": jit.submit_options(*options),
             "SPARK_DRIVER_MEMORY": DRIVER_CONF.get("spark.driver.memory", "1g")}
 
 

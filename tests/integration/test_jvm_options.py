@@ -26,6 +26,22 @@ def test_the_session_jvm_inlines_only_smaller_methods(spark) -> None:
     assert options == {"InlineSmallCode": "1000", "FreqInlineSize": "150"}, options
 
 
+def test_the_long_lived_session_keeps_c2_where_the_drivers_tests_start_run_c1() -> None:
+    """`tests.support.jit`: the test session's own option comes after `SPARK_SUBMIT_OPTS`."""
+    import os
+
+    from tests.support import jit
+
+    assert jit.SHORT_LIVED in os.environ["SPARK_SUBMIT_OPTS"].split()
+
+
+def test_the_session_jvm_compiles_with_c2(spark) -> None:
+    jvm = spark._jvm
+    diagnostic = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
+    assert str(diagnostic.getVMOption("TieredStopAtLevel").getValue()) == "4"
+
+
 def test_a_driver_option_of_the_sessions_own_is_added_to_weirs(spark) -> None:
     system = spark._jvm.java.lang.System
     assert str(system.getProperty("weir.tests.own-option")) == "kept"
