@@ -3,7 +3,9 @@ a throw-away AIRFLOW_HOME, and the Spark master of `spark_default` as a small lo
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -12,6 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "plugins"))
 # Always a throw-away one: never migrate or write a developer's exported AIRFLOW_HOME.
 os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="weir-airflow-test-")
+atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], ignore_errors=True)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(REPO / "dags"))
 os.environ.setdefault("AIRFLOW__CORE__PLUGINS_FOLDER", str(REPO / "plugins"))
