@@ -6,9 +6,19 @@ settings may: it comes after Weir's and replaces none of them."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from spark_jobs.jars import class_archive
+from tests.support import jit
+
+
+def _vm_option(spark, name: str) -> str:
+    """A HotSpot option of the session's JVM, as the JVM itself reports it."""
+    jvm = spark._jvm
+    diagnostic = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
+    return str(diagnostic.getVMOption(name).getValue())
 
 
 def test_the_session_jvm_collects_with_the_parallel_collector(spark) -> None:
@@ -18,28 +28,18 @@ def test_the_session_jvm_collects_with_the_parallel_collector(spark) -> None:
 
 
 def test_the_session_jvm_inlines_only_smaller_methods(spark) -> None:
-    jvm = spark._jvm
-    diagnostic = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
-        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
-    options = {name: str(diagnostic.getVMOption(name).getValue())
-               for name in ("InlineSmallCode", "FreqInlineSize")}
+    options = {name: _vm_option(spark, name) for name in ("InlineSmallCode", "FreqInlineSize")}
     assert options == {"InlineSmallCode": "1000", "FreqInlineSize": "150"}, options
 
 
-def test_the_long_lived_session_keeps_c2_where_the_drivers_tests_start_run_c1() -> None:
-    """`tests.support.jit`: the test session's own option comes after `SPARK_SUBMIT_OPTS`."""
-    import os
-
-    from tests.support import jit
-
+def test_the_drivers_tests_start_inherit_c1_only() -> None:
+    """`tests.support.jit`: set in the environment every driver a test starts inherits."""
     assert jit.SHORT_LIVED in os.environ["SPARK_SUBMIT_OPTS"].split()
 
 
-def test_the_session_jvm_compiles_with_c2(spark) -> None:
-    jvm = spark._jvm
-    diagnostic = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
-        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
-    assert str(diagnostic.getVMOption("TieredStopAtLevel").getValue()) == "4"
+def test_the_long_lived_session_jvm_keeps_c2(spark) -> None:
+    """Its own option comes after `SPARK_SUBMIT_OPTS`, and the later one wins."""
+    assert _vm_option(spark, "TieredStopAtLevel") == "4"
 
 
 def test_a_driver_option_of_the_sessions_own_is_added_to_weirs(spark) -> None:

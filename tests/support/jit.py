@@ -2,13 +2,13 @@
 the long-lived session.
 
 A driver a test starts (`weir run`, a spark-submit from Airflow, a supervisor's relaunch) lives
-seconds to a minute on a few hundred lines, so HotSpot's C2 compiles code the driver never runs
-long enough to gain from: the JIT's compiler threads took about half of such a driver's CPU
-(per-thread counts of its JVM). With C1 alone
-(`-XX:TieredStopAtLevel=1`) a `weir run playback --once` over 105 lines took 43-49 CPU-s on this
-machine instead of 69-75, and `tests/integration/test_exactly_once.py` 232 instead of 276. The
-session-scoped SparkSession (`tests/conftest.py`) runs for the whole test run and got slower with
-C1 alone (352 → 440 CPU-s over `test_backfill.py` and `test_transforms.py`): it keeps C2.
+seconds to a minute on a few hundred lines, so HotSpot's C2 compiles code the driver never runs long
+enough to gain from: the JIT's compiler threads took about half of such a driver's CPU (per-thread
+counts of its JVM). With C1 alone (`-XX:TieredStopAtLevel=1`) a `weir run playback --once` over 105
+lines took 43-49 CPU-s on this machine instead of 69-75, and
+`tests/integration/test_exactly_once.py` 232 instead of 276. The session-scoped SparkSession
+(`tests/conftest.py`) runs for the whole test run and got slower with C1 alone (352 → 440 CPU-s over
+`test_backfill.py` and `test_transforms.py`): it keeps C2.
 
 The JIT changes how fast the code runs, never what it computes; production drivers keep the
 JVM's default (`spark_jobs.session.JVM_OPTIONS`)."""
