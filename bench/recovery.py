@@ -238,11 +238,12 @@ def exactly_once(home: Any, expected_events: set[str], expected_lines: int) -> d
     """Silver: every valid event once; bronze: every input line once (read with delta-rs, no JVM)."""
 
     from spark_jobs import catalog
+    from spark_jobs.control.platform_tables import read
     from spark_jobs.layers import PipelineTables
 
     tables = PipelineTables.of(home, catalog.load(PIPELINE))
-    ids = columns(tables.silver, ["event_id"]).column(0).to_pylist()
-    bronze = columns(tables.bronze, ["source", "position"]).to_pylist()
+    ids = [r["event_id"] for r in read(tables.silver, columns=["event_id"])]
+    bronze = read(tables.bronze, columns=["source", "position"])
     distinct_ids = set(ids)
     bronze_keys = {(r["source"], r["position"]) for r in bronze}
     counts = {
@@ -259,30 +260,16 @@ def exactly_once(home: Any, expected_events: set[str], expected_lines: int) -> d
 
 
 def silver_has(home: Any, expected: set[str]) -> bool:
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
     from spark_jobs import catalog
+    from spark_jobs.control.platform_tables import read
     from spark_jobs.layers import PipelineTables
 
-    try:
-        table = DeltaTable(str(PipelineTables.of(home, catalog.load(PIPELINE)).silver))
-    except TableNotFoundError:
-        return False
-    ids = table.to_pyarrow_dataset().to_table(columns=["event_id"], use_threads=False)
-    return set(ids.column(0).to_pylist()) >= expected
+    silver = PipelineTables.of(home, catalog.load(PIPELINE)).silver
+    return {r["event_id"] for r in read(silver, columns=["event_id"])} >= expected
 
 
 def median_of(kills: list[dict[str, Any]], key: str, part: str | None = None) -> float:
     return round(statistics.median(k[part][key] if part else k[key] for k in kills), 2)
-
-
-def columns(path: Path, names: list[str]):
-    """`names` of the Delta table at `path` as an Arrow table, read single-threaded: Arrow scan
-    threads alive at interpreter exit abort the process (see `platform_tables.read`)."""
-    from deltalake import DeltaTable
-
-    return DeltaTable(str(path)).to_pyarrow_dataset().to_table(columns=names, use_threads=False)
 
 
 def measure(*, quick: bool = False, workdir: Path, kills: int | None = None) -> dict[str, Any]:

@@ -34,6 +34,11 @@ def test_since_reads_only_the_window_and_latest_widens_for_a_silent_query(tmp_pa
     window = progress.read(home, "playback", since=NOW - dt.timedelta(hours=1))
     assert [(r["query"], r["batch_id"]) for r in window] == [
         ("playback_ingest", 0), ("playback_ingest", 1), ("playback_ingest", 2)]
+    # The same moment in another zone is the same window; a value is data, never query text.
+    elsewhere = (NOW - dt.timedelta(hours=1)).astimezone(dt.timezone(dt.timedelta(hours=-5)))
+    assert progress.read(home, "playback", since=elsewhere) == window
+    assert progress.read(home, "o'brien") == []
+    assert progress.read(home, "x' OR 'a'='a") == []
     table = DeltaTable(str(progress.table_path(home)))
     kept = table.file_uris(file_pruning_predicate=[("recorded_at", ">=", NOW - dt.timedelta(hours=1))])
     assert len(kept) == 3 and len(table.file_uris()) == 7
