@@ -37,6 +37,14 @@ def test_the_drivers_tests_start_inherit_c1_only() -> None:
     assert jit.SHORT_LIVED in os.environ["SPARK_SUBMIT_OPTS"].split()
 
 
+def test_the_jvms_a_cluster_manager_starts_get_c1_through_conf_a_submit_can_override(spark) -> None:
+    """A YARN application master (the driver in cluster mode) and the executors do not inherit
+    `SPARK_SUBMIT_OPTS`, only its `spark.*` properties as conf defaults; the session's own driver
+    options (its `--conf`) still win over them."""
+    assert jit.SHORT_LIVED in spark.conf.get("spark.executor.extraJavaOptions").split()
+    assert jit.LONG_LIVED in spark.conf.get("spark.driver.extraJavaOptions").split()
+
+
 def test_the_long_lived_session_jvm_keeps_c2(spark) -> None:
     """Its own option comes after `SPARK_SUBMIT_OPTS`, and the later one wins."""
     assert _vm_option(spark, "TieredStopAtLevel") == "4"

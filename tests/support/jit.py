@@ -24,8 +24,14 @@ LONG_LIVED = "-XX:TieredStopAtLevel=4"
 def submit_options(*options: str) -> str:
     """`SPARK_SUBMIT_OPTS` for a short-lived driver: `options`, then C1 only. Spark's launcher puts
     it before a session's `spark.driver.extraJavaOptions`, so a session that sets `LONG_LIVED`
-    there gets C2 back (a later -XX wins)."""
-    return " ".join((*options, SHORT_LIVED))
+    there gets C2 back (a later -XX wins).
+
+    The JVMs a cluster manager starts for the application do not inherit `SPARK_SUBMIT_OPTS`: a
+    YARN application master running the driver (cluster mode) and the executors, on YARN or a
+    standalone cluster. They get C1 through their `extraJavaOptions`, given as spark-submit's
+    system properties, which Spark takes as defaults: a submit's own `--conf` still wins."""
+    return " ".join((*options, SHORT_LIVED, *(f"-Dspark.{jvm}.extraJavaOptions={SHORT_LIVED}"
+                                              for jvm in ("driver", "executor"))))
 
 
 def for_started_drivers() -> None:
