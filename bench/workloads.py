@@ -181,14 +181,11 @@ def rows_committed(table: Path) -> int:
 
 def exactly_once(table: Path, key: str | None, expected: int) -> Result:
     """count, distinct `key` and the expected count of `table`, read with delta-rs (no JVM)."""
-    import pyarrow.compute as pc
-    from deltalake import DeltaTable
+    from spark_jobs.control.platform_tables import identifier, query
 
-    if key is None:     # a count only: no column needs reading
-        count = distinct = DeltaTable(str(table)).to_pyarrow_dataset().count_rows()
-    else:
-        keys = DeltaTable(str(table)).to_pyarrow_table(columns=[key]).column(key)
-        count, distinct = len(keys), len(pc.unique(keys))
+    distinct = f"count(DISTINCT {identifier(key)})" if key is not None else "count(*)"
+    counted = query(table, f'SELECT count(*) AS "count", {distinct} AS "distinct" FROM t')
+    count, distinct = (counted[0]["count"], counted[0]["distinct"]) if counted else (0, 0)
     return {"count": count, "distinct": distinct, "expected": expected,
             "exactly_once": count == distinct == expected}
 
@@ -756,13 +753,10 @@ def driver_log(spec: Spec, name: str) -> Path:
 def driver_progress(home: WeirHome, query: str, pipeline: str = PIPELINE) -> list[Batch]:
     """The batches with input of `pipeline`'s `query`, from the driver's `stream_progress` table
     (delta-rs)."""
-    from deltalake import DeltaTable
-
+    from spark_jobs.control import platform_tables
     from spark_jobs.control.progress import table_path
 
-    if delta_version(table_path(home)) is None:
-        return []
-    rows = DeltaTable(str(table_path(home))).to_pyarrow_table().to_pylist()
+    rows = platform_tables.read(table_path(home), equals={"pipeline": pipeline})
     name = query_name(catalog.load(pipeline), query)
     return sorted((Batch(r["progress_at"].timestamp(),
                          r["progress_at"].timestamp() + (r["batch_duration_ms"] or 0) / 1000.0,

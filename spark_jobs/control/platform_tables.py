@@ -54,13 +54,26 @@ def read(path: Path, *, equals: dict[str, str] | None = None, since: tuple[str, 
     """All rows of the table at `path` (none if it does not exist yet), optionally only those
     whose columns equal the given values, and only those whose time column is at or after a
     moment (`since=(column, moment)`): reading the last hour of one pipeline out of a week of
-    history opens only the files that can hold it.
+    history opens only the files that can hold it (the Delta log's min/max statistics prune
+    them before any is opened)."""
+    conditions = [f"{identifier(column)} = {_text(value)}" for column, value in (equals or {}).items()]
+    if since is not None:
+        column, moment = since
+        conditions.append(f"{identifier(column)} >= {_moment(moment)}")
+    selected = ", ".join(map(identifier, columns)) if columns else "*"
+    where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+    return query(path, f"SELECT {selected} FROM t{where}")
 
-    delta-rs runs the query (DataFusion, in Rust): the Delta log's min/max statistics prune the
-    files before any is opened, and no Arrow C++ thread is involved. Arrow's dataset scan over
-    delta-rs's Python filesystem left I/O threads that call into Python; one still doing so when
-    a CLI's interpreter exits aborts the process ("terminate called without an active
-    exception", exit 134) after it has printed its answer: one `weir status` in 20 under load."""
+
+def query(path: Path, sql: str) -> list[dict[str, Any]]:
+    """The rows of SQL query `sql` over the Delta table at `path`, named `t` in it (none if the
+    table does not exist yet). delta-rs runs it (DataFusion, in Rust), so a count or an aggregate
+    of a large table reads only its columns and returns one row.
+
+    No Arrow C++ thread is involved. Arrow's dataset scan over delta-rs's Python filesystem left
+    I/O threads that call into Python; one still doing so when a CLI's interpreter exits aborts
+    the process ("terminate called without an active exception", exit 134) after it has printed
+    its answer: one `weir status` in 20 under load."""
     import pyarrow as pa
     from deltalake import DeltaTable, QueryBuilder
     from deltalake.exceptions import TableNotFoundError
@@ -69,17 +82,11 @@ def read(path: Path, *, equals: dict[str, str] | None = None, since: tuple[str, 
         table = DeltaTable(str(path))
     except TableNotFoundError:
         return []
-    conditions = [f"{_name(column)} = {_text(value)}" for column, value in (equals or {}).items()]
-    if since is not None:
-        column, moment = since
-        conditions.append(f"{_name(column)} >= {_moment(moment)}")
-    selected = ", ".join(map(_name, columns)) if columns else "*"
-    where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
-    rows = QueryBuilder().register("t", table).execute(f"SELECT {selected} FROM t{where}")
-    return pa.table(rows).to_pylist()
+    return pa.table(QueryBuilder().register("t", table).execute(sql)).to_pylist()
 
 
-def _name(column: str) -> str:
+def identifier(column: str) -> str:
+    """`column` quoted as an SQL identifier for `query`."""
     return '"' + column.replace('"', '""') + '"'
 
 

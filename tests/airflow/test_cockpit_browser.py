@@ -24,7 +24,6 @@ import pytest
 
 from spark_jobs.home import REPO_ROOT, WeirHome
 from spark_jobs.ports import free_ports
-from spark_jobs.tables import delta_version
 from tests.helpers import assert_exactly_once, landing_keys, table
 from tests.support.make_up import MakeUp, make_up
 from tests.support.polling import wait_for
@@ -267,12 +266,10 @@ def sources(files: list[Path]) -> set[str]:
 
 def bronze_sources(home: WeirHome) -> set[str]:
     """The landing files bronze holds lines of, read with delta-rs (no JVM while the stream runs)."""
-    from deltalake import DeltaTable
+    from spark_jobs.control import platform_tables
 
     path = home.table("bronze", "playback_events")
-    if delta_version(path) is None:
-        return set()
-    return set(DeltaTable(str(path)).to_pyarrow_dataset().to_table(columns=["source"])["source"].to_pylist())
+    return {row["source"] for row in platform_tables.read(path, columns=["source"])}
 
 
 def reload_view(page: Any, view: Any) -> None:
