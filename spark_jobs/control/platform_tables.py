@@ -54,8 +54,10 @@ def read(path: Path, *, equals: dict[str, str] | None = None, since: tuple[str, 
     """All rows of the table at `path` (none if it does not exist yet), optionally only those
     whose columns equal the given values, and only those whose time column is at or after a
     moment (`since=(column, moment)`): reading the last hour of one pipeline out of a week of
-    history opens only the files that can hold it (the Delta log's min/max statistics prune
-    them before any is opened)."""
+    history opens only the files that can hold it. The Delta log's min/max statistics prune the
+    files before any is opened: each writer appends one pipeline's rows (a driver's progress, an
+    action's event), so a file of another pipeline is never read; and appends come in time
+    order, so neither is an older file."""
     conditions = [f"{identifier(column)} = {_text(value)}" for column, value in (equals or {}).items()]
     if since is not None:
         column, moment = since
