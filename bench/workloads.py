@@ -183,8 +183,8 @@ def exactly_once(table: Path, key: str | None, expected: int) -> Result:
     """count, distinct `key` and the expected count of `table`, read with delta-rs (no JVM)."""
     from spark_jobs.control.platform_tables import identifier, query
 
-    distinct = f"count(DISTINCT {identifier(key)})" if key is not None else "count(*)"
-    counted = query(table, f'SELECT count(*) AS "count", {distinct} AS "distinct" FROM t')
+    distinct_of = f"count(DISTINCT {identifier(key)})" if key is not None else "count(*)"
+    counted = query(table, f'SELECT count(*) AS "count", {distinct_of} AS "distinct" FROM t')
     count, distinct = (counted[0]["count"], counted[0]["distinct"]) if counted else (0, 0)
     return {"count": count, "distinct": distinct, "expected": expected,
             "exactly_once": count == distinct == expected}

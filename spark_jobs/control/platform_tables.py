@@ -5,6 +5,9 @@ reads them like any other Delta table.
 Appends never conflict logically, but two writers may race on the same table version (or on
 creating the table); delta-rs retries commit conflicts itself and `append` adds a bounded retry
 around the whole write for the creation race.
+
+`read` and `query` read them, and any other Delta table a process must read without a JVM (a
+benchmark's or a test's exactly-once count), through delta-rs's own query engine.
 """
 
 from __future__ import annotations
