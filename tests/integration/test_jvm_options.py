@@ -6,8 +6,12 @@ settings may: it comes after Weir's and replaces none of them."""
 
 from __future__ import annotations
 
-import os
+import json
+import shlex
+import subprocess
 from pathlib import Path
+
+import pyspark
 
 from spark_jobs.jars import class_archive
 from tests.support import jit
@@ -32,16 +36,54 @@ def test_the_session_jvm_inlines_only_smaller_methods(spark) -> None:
     assert options == {"InlineSmallCode": "1000", "FreqInlineSize": "150"}, options
 
 
-def test_the_drivers_tests_start_inherit_c1_only() -> None:
-    """`tests.support.jit`: set in the environment every driver a test starts inherits."""
-    assert jit.SHORT_LIVED in os.environ["SPARK_SUBMIT_OPTS"].split()
+# Run by spark-submit as a driver's Python: it asks the driver JVM (through the gateway spark-submit
+# opened for it, without starting Spark) for its own options and for the JVM options it would give
+# the JVMs a cluster manager starts.
+_PROBE = """
+import json
+from pyspark.java_gateway import launch_gateway
+jvm = launch_gateway().jvm
+bean = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+    jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
+flags = {name: str(bean.getVMOption(name).getValue())
+         for name in ("TieredStopAtLevel", "ReservedCodeCacheSize")}
+conf = {name: str(jvm.java.lang.System.getProperty(f"spark.{name}.extraJavaOptions"))
+        for name in ("driver", "executor")}
+print("PROBE " + json.dumps({**flags, **conf}))
+"""
+
+
+def _final_flags(*options: str) -> dict[str, str]:
+    """A JVM's final HotSpot flags when started with `options`."""
+    out = subprocess.run(["java", *options, "-XX:+PrintFlagsFinal", "-version"],
+                         capture_output=True, text=True, check=True, timeout=60).stdout
+    return {words[1]: words[3] for words in (line.split() for line in out.splitlines()) if len(words) >= 4}
+
+
+def test_a_driver_a_test_starts_runs_c1_with_the_code_cache_c2_would_have(tmp_path: Path) -> None:
+    """`tests.support.jit`: C1 alone would shrink the code cache to 48 MB, which a driver that
+    streams for minutes fills and dies of (CI: "Out of space in CodeCache")."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(_PROBE)
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    out = subprocess.run([str(submit), str(probe)], capture_output=True, text=True, timeout=300)
+    reports = [line for line in out.stdout.splitlines() if line.startswith("PROBE ")]
+    assert out.returncode == 0 and reports, out.stderr[-3000:]
+    driver = json.loads(reports[-1].removeprefix("PROBE "))
+    assert driver["TieredStopAtLevel"] == "1"
+    assert int(driver["ReservedCodeCacheSize"]) >= 240 * 2**20, driver
+    # a YARN application master's driver and every executor: the options their JVMs start with
+    for jvm in ("driver", "executor"):
+        flags = _final_flags(*shlex.split(driver[jvm]))
+        assert flags["TieredStopAtLevel"] == "1", (jvm, driver[jvm])
+        assert int(flags["ReservedCodeCacheSize"]) >= 240 * 2**20, (jvm, driver[jvm])
 
 
 def test_the_jvms_a_cluster_manager_starts_get_c1_through_conf_a_submit_can_override(spark) -> None:
     """A YARN application master (the driver in cluster mode) and the executors do not inherit
     `SPARK_SUBMIT_OPTS`, only its `spark.*` properties as conf defaults; the session's own driver
     options (its `--conf`) still win over them."""
-    assert jit.SHORT_LIVED in spark.conf.get("spark.executor.extraJavaOptions").split()
+    assert set(jit.SHORT_LIVED) <= set(shlex.split(spark.conf.get("spark.executor.extraJavaOptions")))
     assert jit.LONG_LIVED in spark.conf.get("spark.driver.extraJavaOptions").split()
 
 
