@@ -1,5 +1,5 @@
 """An analyst's DAG: runs whenever new gold data of `playback` lands (the stream's commits, seen by
-the table's asset watcher, or a back-fill) and summarises it without Spark (`deltalake`).
+the table's asset watcher, or a back-fill) and summarises it with SQL, without Spark (`deltalake`).
 
 An example to copy: schedule on the asset, read the table as of the version the event names, and
 summarise the windows that are new (the last minutes before gold's newest window, or the dates a
@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from pathlib import Path
 from typing import Any
 
 from airflow.sdk import DAG, get_current_context, task
 from weir_airflow.assets import pipeline_assets
 
 from spark_jobs import catalog
+from spark_jobs.control import platform_tables
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables
 
@@ -41,42 +43,38 @@ def new_gold(events: list[Any]) -> dict[str, Any]:
     return {"version": max(versions) if versions else None, "dates": sorted(set(dates))}
 
 
-def summarise(table_uri: str, version: int | None, dates: list[tuple[str, str]]) -> dict[str, Any]:
+def summarise(table_path: Path, version: int | None, dates: list[tuple[str, str]]) -> dict[str, Any]:
     """Totals of the gold windows that are new: those of back-filled `dates`, else the last
-    `RECENT` before the newest window of the table as of `version` (latest when None)."""
-    import pyarrow.compute as pc
-    import pyarrow.dataset as ds
+    `RECENT` before the newest window of the table as of `version` (latest when None). SQL over
+    the Delta table, run by delta-rs (`platform_tables.query`): only the columns it names are read,
+    and the Delta log's statistics skip the files of other dates. Both queries read one version."""
     from deltalake import DeltaTable
 
-    table = DeltaTable(table_uri, version=version)
-    data = table.to_pyarrow_dataset()
+    version = DeltaTable(str(table_path), version=version).version()
     if dates:
-        condition = None
-        for first, last in dates:
-            term = (ds.field("event_date") >= dt.date.fromisoformat(first)) & (
-                ds.field("event_date") <= dt.date.fromisoformat(last))
-            condition = term if condition is None else condition | term
-        rows = data.to_table(filter=condition, use_threads=False)
+        new = " OR ".join(f"event_date BETWEEN DATE '{dt.date.fromisoformat(first)}' "
+                          f"AND DATE '{dt.date.fromisoformat(last)}'" for first, last in dates)
     else:
-        ends = data.to_table(columns=["window_end"], use_threads=False).column("window_end")
-        newest = pc.max(ends).as_py() if len(ends) else None
-        rows = (data.to_table(filter=ds.field("window_end") > newest - RECENT, use_threads=False)
-                if newest is not None else data.to_table(use_threads=False).slice(0, 0))
-    events = pc.sum(rows.column("events")).as_py() or 0
-    errors = pc.sum(rows.column("errors")).as_py() or 0
-    errors_by_cdn: dict[str, int] = {}
-    for cdn, count in zip(rows.column("cdn").to_pylist(), rows.column("errors").to_pylist(), strict=True):
-        errors_by_cdn[cdn or "unknown"] = errors_by_cdn.get(cdn or "unknown", 0) + (count or 0)
-    starts = rows.column("window_start")
+        recent = int(RECENT.total_seconds())
+        new = f"window_end > (SELECT max(window_end) FROM t) - INTERVAL '{recent} seconds'"
+    totals, = platform_tables.query(table_path, f"""
+        SELECT count(*) AS row_count, count(DISTINCT window_start) AS windows,
+               min(window_start) AS window_from, max(window_end) AS window_to,
+               coalesce(sum(events), 0) AS events, coalesce(sum(plays), 0) AS plays,
+               coalesce(sum(errors), 0) AS errors, coalesce(sum(rebuffer_ms), 0) AS rebuffer_ms
+        FROM t WHERE {new}""", version=version)
+    worst = platform_tables.query(table_path, f"""
+        SELECT coalesce(cdn, 'unknown') AS cdn, sum(errors) AS errors FROM t WHERE {new}
+        GROUP BY 1 HAVING sum(errors) > 0 ORDER BY errors DESC, cdn LIMIT 1""", version=version)
+    events, errors = totals["events"], totals["errors"]
     return {
-        "version": table.version(), "rows": rows.num_rows,
-        "windows": len(set(starts.to_pylist())),
-        "from": pc.min(starts).as_py().isoformat() if rows.num_rows else None,
-        "to": pc.max(rows.column("window_end")).as_py().isoformat() if rows.num_rows else None,
-        "events": events, "plays": pc.sum(rows.column("plays")).as_py() or 0, "errors": errors,
+        "version": version, "rows": totals["row_count"], "windows": totals["windows"],
+        "from": totals["window_from"].isoformat() if totals["window_from"] else None,
+        "to": totals["window_to"].isoformat() if totals["window_to"] else None,
+        "events": events, "plays": totals["plays"], "errors": errors,
         "error_rate": round(errors / events, 4) if events else None,
-        "rebuffer_ms": pc.sum(rows.column("rebuffer_ms")).as_py() or 0,
-        "most_errors_cdn": max(errors_by_cdn, key=errors_by_cdn.__getitem__) if errors else None,
+        "rebuffer_ms": totals["rebuffer_ms"],
+        "most_errors_cdn": worst[0]["cdn"] if worst else None,
     }
 
 
@@ -90,7 +88,7 @@ with DAG("playback_gold_summary", schedule=[GOLD], catchup=False, max_active_run
         context = get_current_context()
         new = new_gold(list(context["triggering_asset_events"].get(GOLD, [])))
         gold = PipelineTables.of(WeirHome.from_env(), catalog.load(PIPELINE)).gold
-        summary = summarise(str(gold), new["version"], new["dates"])
+        summary = summarise(gold, new["version"], new["dates"])
         log.info("%s gold %s (run %s): %s", PIPELINE, GOLD.name, context["run_id"], summary)
         return summary
 

@@ -70,10 +70,11 @@ def read(path: Path, *, equals: dict[str, str] | None = None, since: tuple[str, 
     return query(path, f"SELECT {selected} FROM t{where}")
 
 
-def query(path: Path, sql: str) -> list[dict[str, Any]]:
-    """The rows of SQL query `sql` over the Delta table at `path`, named `t` in it (none if the
-    table does not exist yet). delta-rs runs it (DataFusion, in Rust), so a count or an aggregate
-    of a large table reads only its columns and returns one row.
+def query(path: Path, sql: str, *, version: int | None = None) -> list[dict[str, Any]]:
+    """The rows of SQL query `sql` over the Delta table at `path`, named `t` in it, as of
+    `version` (the latest when None; none if the table does not exist yet). delta-rs runs it
+    (DataFusion, in Rust), so a count or an aggregate of a large table reads only its columns and
+    returns one row.
 
     No Arrow C++ thread is involved. Arrow's dataset scan over delta-rs's Python filesystem left
     I/O threads that call into Python; one still doing so when a CLI's interpreter exits aborts
@@ -84,7 +85,7 @@ def query(path: Path, sql: str) -> list[dict[str, Any]]:
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        table = DeltaTable(str(path))
+        table = DeltaTable(str(path), version=version)
     except TableNotFoundError:
         return []
     return pa.table(QueryBuilder().register("t", table).execute(sql)).to_pylist()
