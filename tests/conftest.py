@@ -20,7 +20,6 @@ TEST_CONF = {
     "spark.default.parallelism": "2",
     "spark.ui.enabled": "false",
     "spark.databricks.delta.snapshotPartitions": "2",
-    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
     "spark.driver.memory": "2g",
     # a setting of the driver's own, as a pipeline's configuration may carry one: it adds to Weir's
     # JVM options and must not replace them (tests/integration/test_jvm_options.py). The session
