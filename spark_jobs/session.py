@@ -70,10 +70,11 @@ BASE_CONF = {
     # sources (`tables.key_ranges`).
     "spark.databricks.io.skipping.stringPrefixLength": "1024",
     # Spark lists a set of paths in up to 10,000 tasks by default, sized for clusters of thousands
-    # of cores, and Delta's VACUUM lists every table that way: `weir maintain` (the daily
-    # maintenance DAG) ran 10,000 tasks per table, each compiling its code, and took 2 min 38 s of
-    # two busy cores on a table of a few files with nothing to delete; 27 s with 8 tasks (two
-    # waves of the 4 shuffle partitions above). A SQL setting: a session may set it per job.
+    # of cores, and Delta's VACUUM lists a table that way, level by level: 170,099 tasks in 83
+    # stages for a table of 3 partitions (tests/integration/test_maintenance.py), each compiling
+    # its code. `weir maintain` (the daily maintenance DAG) took 2 min 38 s of two busy cores on a
+    # home of a few files with nothing to delete; 27 s with 8 tasks (two waves of the 4 shuffle
+    # partitions above). A SQL setting: a session may set it per job.
     "spark.sql.sources.parallelPartitionDiscovery.parallelism": "8",
 }
 LOG_CONFIGURATION = REPO_ROOT / "infra" / "spark" / "log4j2.properties"

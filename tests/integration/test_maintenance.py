@@ -30,7 +30,9 @@ def test_a_vacuum_lists_a_table_in_a_handful_of_tasks_not_ten_thousand(spark, tm
     tracker = context.statusTracker()
     stages = [stage for job in tracker.getJobIdsForGroup(group)
               for stage in tracker.getJobInfo(job).stageIds]
-    tasks = [tracker.getStageInfo(stage).numTasks for stage in stages]
+    # a stage the status store no longer holds ran no task (skipped: its output was reused) or
+    # was dropped among the oldest, in a session that has run many
+    tasks = [info.numTasks for info in map(tracker.getStageInfo, stages) if info is not None]
     # Delta lists a table level by level, each listing a stage of its own: many small stages
     assert tasks and max(tasks) <= 16, f"{sum(tasks)} tasks in {len(tasks)} stages, at most {max(tasks)}"
     assert spark.read.format("delta").load(path).count() == 60
