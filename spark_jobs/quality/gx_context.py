@@ -14,9 +14,11 @@ whole-dataframe asset per table), never re-read by Great Expectations itself.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import logging
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +36,7 @@ BATCH_DEFINITION = "whole_dataframe"
 SITE = "weir"
 _lock = threading.Lock()
 _contexts: dict[Path, AbstractDataContext] = {}
+_preloading: threading.Thread | None = None
 
 
 def docs_dir(home: WeirHome) -> Path:
@@ -66,6 +69,28 @@ def exclusive(home: WeirHome) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+def preload() -> None:
+    """Import Great Expectations on a thread of its own, once per process. The import alone takes
+    6-8 s of one core on this machine; a DQ run starts it before it starts Spark, whose JVM start
+    leaves that core waiting. The first use of the module waits for the import to end, or raises
+    its error if it failed. A process that ends sooner waits for it at exit: an import (of C
+    extensions among others) cut off by the interpreter's shutdown can abort the process."""
+    global _preloading
+    with _lock:
+        if _preloading is None and "great_expectations" not in sys.modules:
+            _preloading = threading.Thread(target=_import, name="weir-gx-import", daemon=True)
+            _preloading.start()
+            atexit.register(_preloading.join)
+
+
+def _import() -> None:
+    try:
+        import great_expectations  # noqa: F401
+        from great_expectations.data_context.types.base import DataContextConfig  # noqa: F401
+    except Exception:   # the caller's own import raises it, where it is reported
+        log.debug("Great Expectations failed to import ahead of its use", exc_info=True)
 
 
 def context_for(home: WeirHome) -> AbstractDataContext:

@@ -25,6 +25,7 @@ from spark_jobs.layers import PipelineTables
 from spark_jobs.quality import gx_context, results, suites
 from spark_jobs.quality.report import DqReport, ExpectationOutcome
 from spark_jobs.session import build_session
+from spark_jobs.tables import delta_log, delta_version
 
 if TYPE_CHECKING:
     from great_expectations.core import ExpectationSuiteValidationResult
@@ -57,12 +58,14 @@ def run_dq(pipeline: str, date_from: dt.date | None = None, date_to: dt.date | N
     entry = catalog.load(pipeline)
     suite = suites.load(pipeline)
     now = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
+    tables = PipelineTables.of(home, entry)
+    # from the tables' logs (no JVM): a home without output fails before a driver starts
+    _require_tables(tables)
+    date_from, date_to = _date_range(tables, date_from, date_to)
+    gx_context.preload()     # beside the JVM's start, which leaves a core waiting
     if spark is None:
         spark = build_session(f"weir-dq-{pipeline}",
                               conf={"spark.sql.shuffle.partitions": str(entry.shuffle_partitions)})
-    tables = PipelineTables.of(home, entry)
-    _require_tables(spark, tables)
-    date_from, date_to = _date_range(spark, tables, date_from, date_to)
     stream_running = stream_is_live(home, pipeline) if freshness is None else freshness
     if suite.has_conditional("stream_running") and not stream_running:
         log.info("%s dq: stream not running, freshness expectations skipped", pipeline)
@@ -125,25 +128,23 @@ def _table_label(entry: Pipeline, layer: str) -> str:
     return suites.table_name(entry, layer)  # type: ignore[arg-type]
 
 
-def _require_tables(spark: SparkSession, tables: PipelineTables) -> None:
-    from delta.tables import DeltaTable
-
+def _require_tables(tables: PipelineTables) -> None:
     for layer, path in (("silver", tables.silver), ("gold", tables.gold)):
-        if not DeltaTable.isDeltaTable(spark, str(path)):
+        if delta_version(path) is None:
             raise NoDataError(f"no {layer} table at {path}: run the pipeline first")
 
 
-def _date_range(spark: SparkSession, tables: PipelineTables, date_from: dt.date | None,
+def _date_range(tables: PipelineTables, date_from: dt.date | None,
                 date_to: dt.date | None) -> tuple[dt.date, dt.date]:
-    """The given range (one end given: that one day), or the newest event_date of silver."""
-    from pyspark.sql import functions as F
-
+    """The given range (one end given: that one day), or the newest event_date of silver (the
+    partitions of its files, from the log)."""
     if date_from is None and date_to is None:
-        newest = (spark.read.format("delta").load(str(tables.silver))
-                  .agg(F.max("event_date")).first())
-        if newest is None or newest[0] is None:
+        dates = [p["event_date"] for p in delta_log(tables.silver, files=True).partitions()
+                 if p.get("event_date")]
+        if not dates:
             raise NoDataError(f"silver {tables.silver} has no partitions yet: nothing to validate")
-        return newest[0], newest[0]
+        newest = dt.date.fromisoformat(max(dates))
+        return newest, newest
     first = date_from or date_to
     last = date_to or date_from
     assert first is not None and last is not None

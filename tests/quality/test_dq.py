@@ -170,3 +170,34 @@ def _event_log(home: WeirHome) -> list[dict]:
     from spark_jobs.control import eventlog
 
     return eventlog.read(home, "playback")
+
+
+def test_a_home_without_output_is_refused_before_a_driver_starts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from spark_jobs.quality import runner
+
+    def no_spark(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a DQ run without tables started Spark")
+
+    monkeypatch.setattr(runner, "build_session", no_spark)
+    monkeypatch.setenv("WEIR_HOME", str(tmp_path / "weir"))
+    assert cli.main(["dq", "playback"]) == 2
+    err = capsys.readouterr().err
+    assert "no silver table at" in err and "run the pipeline first" in err, err
+
+
+def test_the_default_range_is_the_newest_date_silver_holds_rows_of(tmp_path: Path) -> None:
+    """Read from the log's active files: a date whose rows were all deleted is not the newest."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    from spark_jobs.quality import runner
+
+    tables = tables_of(WeirHome(tmp_path / "weir"))
+    dates = [dt.date(2026, 11, 18), dt.date(2026, 11, 20), dt.date(2026, 11, 19)]
+    rows = pa.table({"event_id": ["a", "b", "c"], "event_date": dates})
+    write_deltalake(str(tables.silver), rows, partition_by=["event_date"])
+    assert runner._date_range(tables, None, None) == (dates[1], dates[1])
+    DeltaTable(str(tables.silver)).delete("event_date = '2026-11-20'")
+    assert runner._date_range(tables, None, None) == (dates[2], dates[2])
+    assert runner._date_range(tables, dates[0], None) == (dates[0], dates[0])
