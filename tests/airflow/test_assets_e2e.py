@@ -23,6 +23,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from spark_jobs.home import REPO_ROOT, WeirHome
 from tests.airflow.airflow_services import AirflowServices
+from tests.airflow.gold_table import GOLD_SCHEMA
 
 pytestmark = [pytest.mark.slow, pytest.mark.airflow, pytest.mark.timeout(1200)]
 DAG_ID = "playback_gold_summary"
@@ -38,12 +39,6 @@ _base = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_base)
 PIPELINE = dataclasses.replace(_base.PIPELINE, asset_event_interval_s={INTERVAL_S})
 '''
-GOLD_SCHEMA = pa.schema([
-    ("window_start", pa.timestamp("us", tz="UTC")), ("window_end", pa.timestamp("us", tz="UTC")),
-    ("content_id", pa.string()), ("cdn", pa.string()), ("events", pa.int64()), ("plays", pa.int64()),
-    ("errors", pa.int64()), ("rebuffer_ms", pa.int64()), ("avg_bitrate_kbps", pa.float64()),
-    ("sessions", pa.int64()), ("event_date", pa.date32()),
-])
 
 
 def gold_rows(minute: dt.datetime, errors: int) -> pa.Table:

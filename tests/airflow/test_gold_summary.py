@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from tests.airflow.test_assets_e2e import GOLD_SCHEMA
+from tests.airflow.gold_table import GOLD_SCHEMA
 
 REPO = Path(__file__).resolve().parents[2]
 START = dt.datetime(2026, 3, 1, 23, 30, tzinfo=dt.UTC)   # 50 minutes: two dates
