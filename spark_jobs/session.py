@@ -150,9 +150,9 @@ def build_session(app_name: str, *, master: str | None = None,
         master = master or settings().spark_master
         builder = builder.master(master)
         if master.startswith("local"):
-            # Python workers on this host run this Python, with its packages (pyarrow for the
-            # sessions query), not whatever `python3` the PATH finds: `weir` run from a shell
-            # without the venv activated works as it does under make.
+            # Python workers on this host run this Python, with its packages, not whatever
+            # `python3` the PATH finds: `weir` run from a shell without the venv activated works
+            # as it does under make.
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark_conf = {**BASE_CONF, **jvm_conf(), **DELTA_CONF, "spark.jars": ",".join(resolved_jars())}
     spark_conf.update(conf or {})

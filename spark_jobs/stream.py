@@ -23,6 +23,7 @@ import dataclasses
 import functools
 import logging
 import operator
+import shutil
 import signal
 import threading
 import time
@@ -34,6 +35,8 @@ from pyspark.sql import functions as F
 
 from spark_jobs import catalog, queries, sessions, transforms
 from spark_jobs.backfill import rebuild_from_silver
+from spark_jobs.checkpoints.backups import take_backup
+from spark_jobs.checkpoints.generations import current_generation
 from spark_jobs.checkpoints.layout import clear_interrupted_writes
 from spark_jobs.control import lease as leases
 from spark_jobs.control import progress
@@ -409,6 +412,7 @@ def _run_queries(spark: SparkSession, pipeline: Pipeline, home: WeirHome, *, onc
     for query in queries_of(pipeline):
         for leftover in clear_interrupted_writes(checkpoint_location(home, pipeline, query)):
             log.warning("%s: removed %s, left half-written by a crash", pipeline.name, leftover)
+    retire_python_sessions_state(home, pipeline)
     # a fresh gold or sessions query does not re-stream silver
     rebuild_from_silver(spark, pipeline, home, tables, held)
     if once:
@@ -440,6 +444,25 @@ def _run_queries(spark: SparkSession, pipeline: Pipeline, home: WeirHome, *, onc
         unending = () if holds_planning(pipeline) else (query_name(pipeline, "ingest"),)
         graceful = stop_at_batch_boundary([q for q in queries if q.isActive], unending=unending)
         log.info("%s stopped (%s)", pipeline.name, "at a batch boundary" if graceful else "forced")
+
+
+def retire_python_sessions_state(home: WeirHome, pipeline: Pipeline) -> str | None:
+    """Start the sessions query afresh when its checkpoint holds the Python state function's
+    state. Spark refuses to run that state under the JVM's operator (its first batch fails with
+    STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA), and a driver would crash-loop. The
+    session table is what silver derives to, so nothing is lost: the checkpoint is backed up
+    whole, the query's folder removed, and `rebuild_from_silver` then rebuilds the table and starts
+    the query after silver's latest version. The caller holds the lease. Returns the backup's id."""
+    if not sessions.holds_python_state(checkpoint_location(home, pipeline, "sessions")):
+        return None
+    generation = int(current_generation(home, pipeline.name).get("generation", 0))
+    backup = take_backup(home, pipeline, kind="before sessions state moved to the JVM", whole=True,
+                         actor="weir", generation=generation,
+                         reason="the sessions checkpoint holds the Python state function's state")
+    shutil.rmtree(home.confine(checkpoint_location(home, pipeline, "sessions")))
+    log.warning("%s: the sessions checkpoint held the Python state function's state; backed up as "
+                "%s, and the session table is rebuilt from silver", pipeline.name, backup.id)
+    return backup.id
 
 
 def stop_on_signals() -> threading.Event:

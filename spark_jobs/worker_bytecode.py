@@ -3,13 +3,12 @@ bytecode, so a Python process that Spark starts does not compile pyspark first.
 
 Spark puts `SPARK_HOME/python/lib/pyspark.zip` (and py4j's) first on the PYTHONPATH of every
 Python process it starts: the driver under spark-submit, an executor's worker daemon, and the
-worker of each streaming operator it runs in Python (`transformWithState` starts one on the
-driver as its query starts). Python imports from a zip without ever writing bytecode, so each of
-them compiled pyspark's modules from source: 1.8-2.0 s to import the transformWithState driver
-worker, against 0.5 s from bytecode, on this machine. Spark waits a fixed 10 s for such a
-worker to connect back (`PythonWorkerFactory`, not configurable); on a loaded host (the two test
-workers beside a standalone cluster) a sessions query failed at its start with "Python worker
-failed to connect back", which ends the driver.
+worker of each streaming operator it runs in Python. Python imports from a zip without ever
+writing bytecode, so each of them compiled pyspark's modules from source: 1.8-2.0 s to import a
+`transformWithState` driver worker, against 0.5 s from bytecode, on this machine. Spark waits a
+fixed 10 s for a worker to connect back (`PythonWorkerFactory`, not configurable); on a loaded
+host a sessions query, whose state function ran in Python until 2026-11, failed at its start with
+"Python worker failed to connect back", which ends the driver.
 
 This adds beside each module its bytecode where zipimport looks for it (`module.pyc` next to
 `module.py`), in checked-hash form: Python compares it with the hash of the source in the same

@@ -5,7 +5,8 @@ checkpoint recorded: the sources (kind, Kafka topics, the Delta table a query re
 stateful operators (their number, state key and value schemas), the shuffle partitions pinned in
 the offset log, and the output tables' schemas. The answer is the worst of:
 
-- `compatible`: start it;
+- `compatible`: start it (`on_start` says what the start itself will redo: a sessions checkpoint
+  of the Python state function is replaced, its table rebuilt from silver);
 - `needs state reset`: Spark would refuse or silently misbehave on this checkpoint, but the tables
   are fine — `weir checkpoint reset P --from earliest` (replay is idempotent) then start;
 - `needs full refresh`: the tables themselves no longer fit the code — rebuild them (runbook
@@ -353,6 +354,7 @@ def compat(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> dict[str,
     reasons: list[Reason] = []
     plans: dict[str, Any] = {}
     unchecked: dict[str, str] = {}
+    on_start: dict[str, str] = {}
     try:
         queries = current_queries(spark, home, pipeline)
     except Exception as err:      # e.g. Kafka unreachable: say so rather than guess
@@ -368,7 +370,10 @@ def compat(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> dict[str,
             for info in code.stateful:
                 info["state_variables"] = code_state_variables(pipeline)
         plans[query] = {"sources": code.sources, "stateful": code.stateful}
-        if folder.is_dir():
+        if query == "sessions" and sessions.holds_python_state(folder):
+            on_start[query] = ("the checkpoint holds the Python state function's state: the start backs "
+                               "it up, rebuilds the session table from silver and starts the query afresh")
+        elif folder.is_dir():
             reasons += compare_query(query, folder, code, pipeline, expected[query])
     reasons += _table_reasons(spark, home, pipeline)
     for query, why in unchecked.items():
@@ -377,4 +382,4 @@ def compat(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> dict[str,
     log.info("%s compat: %s (%d reason(s))", pipeline.name, verdict, len(reasons))
     return {"pipeline": pipeline.name, "verdict": verdict, "compatible": verdict == "compatible",
             "reasons": [{"verdict": r.verdict, "query": r.query, "reason": r.text} for r in reasons],
-            "unchecked": unchecked, "code": plans}
+            "unchecked": unchecked, "on_start": on_start, "code": plans}

@@ -112,7 +112,7 @@ def _keyed_state(reader: Any, operator: Path, info: dict[str, Any]) -> None:
 
     variables = {}
     for name in keyed_state_schemas(operator):
-        if name.startswith("$"):
+        if name.startswith("$") or name == "default":     # timers; the store's own column family
             continue
         state = reader.option("stateVarName", name).load(str(operator.parent.parent))
         variables[name] = {"rows": state.count(),

@@ -145,6 +145,21 @@ def state_partitions(operator: Path) -> list[int]:
     return sorted(int(p.name) for p in operator.iterdir() if p.is_dir() and p.name.isdigit())
 
 
+def operator_name(operator: Path) -> str | None:
+    """The physical operator that wrote a state operator's folder (`stateStoreSave`,
+    `transformWithStateExec`, ...), from its operator metadata: `_metadata/metadata` (v1) or the
+    newest `_metadata/v2/<batch>`. None when neither is readable."""
+    v2 = operator / "_metadata" / "v2"
+    newest = max(batch_ids(v2), default=None) if v2.is_dir() else None
+    for meta in (operator / "_metadata" / "metadata",
+                 *(() if newest is None else (v2 / str(newest),))):
+        try:
+            return str(json.loads(read_log_file(meta)[0])["operatorInfo"]["operatorName"])
+        except (LogFileError, OSError, KeyError, ValueError, IndexError):
+            continue
+    return None
+
+
 def state_operators(query: Path) -> list[Path]:
     state = query / "state"
     if not state.is_dir():

@@ -50,8 +50,8 @@ def test_wrong_arguments_get_a_one_line_reason_and_a_non_zero_exit(args, home):
 @pytest.mark.slow
 def test_a_shell_without_the_venv_runs_a_pipeline(home):
     """`weir` as a new user starts it: the venv's script from a shell whose PATH has no venv and no
-    PYSPARK_PYTHON. Its Python workers must still be the venv's Python (the sessions query needs
-    pyarrow, which a system `python3` need not have)."""
+    PYSPARK_PYTHON. Any Python worker it starts must still be the venv's Python (with the venv's
+    packages, which a system `python3` need not have)."""
     generate(home.landing("playback"), files=1, sessions_per_file=2, seed=53)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
     env.update(WEIR_HOME=str(home.root), PATH="/usr/bin:/bin")
