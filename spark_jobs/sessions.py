@@ -22,7 +22,6 @@ its table rebuilt from silver (`holds_python_state`, `stream.retire_python_sessi
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import Column
@@ -129,8 +128,8 @@ def stream_rows(silver: DataFrame, pipeline: Pipeline) -> DataFrame:
     """A silver stream → the session rows it updates in each micro-batch (update mode)."""
     spec = _spec(pipeline)
     events = _events(silver.withWatermark(pipeline.event_time, spec.watermark), pipeline)
-    raw = _jvm_frame(events, lambda sessions: sessions.streamRows(events._jdf, _spec_json(spec)))
-    return session_rows(raw, pipeline)
+    raw = _jvm(events).weir.Sessions.streamRows(events._jdf, _spec_json(spec))
+    return session_rows(_frame(events, raw), pipeline)
 
 
 def batch_rows(silver: DataFrame, pipeline: Pipeline, horizon_ms: int | None) -> DataFrame:
@@ -142,9 +141,9 @@ def batch_rows(silver: DataFrame, pipeline: Pipeline, horizon_ms: int | None) ->
     partition session after session, holding one session's state at a time."""
     spec = _spec(pipeline)
     events = _events(silver, pipeline)
-    horizon = None if horizon_ms is None else silver.sparkSession.sparkContext._jvm.java.lang.Long(horizon_ms)
-    raw = _jvm_frame(events, lambda sessions: sessions.batchRows(events._jdf, _spec_json(spec), horizon))
-    return session_rows(raw, pipeline)
+    horizon = None if horizon_ms is None else _jvm(events).java.lang.Long(horizon_ms)
+    raw = _jvm(events).weir.Sessions.batchRows(events._jdf, _spec_json(spec), horizon)
+    return session_rows(_frame(events, raw), pipeline)
 
 
 def _spec_json(spec: Sessions) -> str:
@@ -158,12 +157,16 @@ def _spec_json(spec: Sessions) -> str:
         "state_schema": state_schema(spec).json()})
 
 
-def _jvm_frame(events: DataFrame, call: Callable[[Any], Any]) -> DataFrame:
-    """The DataFrame `call(weir.Sessions)` returns, in `events`' session."""
+def _jvm(frame: DataFrame) -> Any:
+    """The JVM of `frame`'s session (py4j's view of its classes)."""
+    return frame.sparkSession.sparkContext._jvm
+
+
+def _frame(frame: DataFrame, jdf: Any) -> DataFrame:
+    """A JVM Dataset as a DataFrame of `frame`'s session."""
     from pyspark.sql import DataFrame as Frame
 
-    spark = events.sparkSession
-    return Frame(call(spark.sparkContext._jvm.weir.Sessions), spark)
+    return Frame(jdf, frame.sparkSession)
 
 
 def watermark_horizon(silver: DataFrame, pipeline: Pipeline) -> int | None:

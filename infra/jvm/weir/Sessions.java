@@ -8,6 +8,7 @@ import java.util.Collections;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
+import java.util.Objects;
 import org.apache.spark.api.java.function.MapFunction;
 import org.apache.spark.api.java.function.MapPartitionsFunction;
 import org.apache.spark.sql.Dataset;
@@ -57,6 +58,8 @@ public final class Sessions {
     final String bitrateKbps;
     final String positionS;
     final String[] carry;
+    /** As spark_jobs.sessions.state_schema declares it (and the checkpoint stores): the counts in
+     *  {@link #COUNTS} order, max_position_s, timed_out, then the carry. */
     final StructType stateSchema;
 
     @SuppressWarnings("unchecked")
@@ -83,17 +86,11 @@ public final class Sessions {
       }
     }
 
-    /** The state's schema, as spark_jobs.sessions.state_schema declares it (and the checkpoint
-     *  stores): the counts in {@link #COUNTS} order, max_position_s, timed_out, then the carry. */
-    StructType stateSchema() {
-      return stateSchema;
-    }
-
     StructType rawSchema() {
       List<StructField> fields = new ArrayList<>();
       fields.add(DataTypes.createStructField(key, DataTypes.StringType, true));
       fields.add(DataTypes.createStructField("state", DataTypes.StringType, true));
-      Collections.addAll(fields, stateSchema().fields());
+      Collections.addAll(fields, stateSchema.fields());
       return DataTypes.createStructType(fields);
     }
   }
@@ -257,7 +254,7 @@ public final class Sessions {
 
     @Override
     public void init(OutputMode outputMode, TimeMode timeMode) {
-      state = getHandle().getValueState("session", Encoders.row(spec.stateSchema()), TTLConfig.NONE());
+      state = getHandle().getValueState("session", Encoders.row(spec.stateSchema), TTLConfig.NONE());
     }
 
     @Override
@@ -302,6 +299,10 @@ public final class Sessions {
     }
   }
 
+  private static String keyOf(Row event, int key) {
+    return event.isNullAt(key) ? null : event.getString(key);
+  }
+
   private static scala.collection.Iterator<Row> one(Row row) {
     List<Row> rows = row == null ? Collections.emptyList() : Collections.singletonList(row);
     return CollectionConverters.asScala(rows.iterator());
@@ -316,7 +317,7 @@ public final class Sessions {
     // key as `struct<session_id: string>`, what spark_jobs.checkpoints.compat compares.
     StructType keySchema = DataTypes.createStructType(List.of(
         DataTypes.createStructField(spec.key, DataTypes.StringType, true)));
-    MapFunction<Row, Row> session = r -> RowFactory.create(new Object[] {r.isNullAt(key) ? null : r.getString(key)});
+    MapFunction<Row, Row> session = r -> RowFactory.create(new Object[] {keyOf(r, key)});
     return events.groupByKey(session, Encoders.row(keySchema))
         .transformWithState(new Processor(spec, columns), TimeMode.EventTime(), OutputMode.Update(),
                             Encoders.row(spec.rawSchema()));
@@ -341,10 +342,9 @@ public final class Sessions {
 
       @Override
       public Row next() {
-        String key = pending.isNullAt(columns.key) ? null : pending.getString(columns.key);
+        String key = keyOf(pending, columns.key);
         State session = new State(spec.carry.length);
-        while (pending != null && java.util.Objects.equals(key,
-            pending.isNullAt(columns.key) ? null : pending.getString(columns.key))) {
+        while (pending != null && Objects.equals(key, keyOf(pending, columns.key))) {
           session.fold(pending, spec, columns);
           pending = rows.hasNext() ? rows.next() : null;
         }
