@@ -35,8 +35,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs import catalog, queries, sessions, transforms
 from spark_jobs.backfill import rebuild_from_silver
-from spark_jobs.checkpoints.backups import take_backup
-from spark_jobs.checkpoints.generations import current_generation
+from spark_jobs.checkpoints.generations import safety_backup
 from spark_jobs.checkpoints.layout import clear_interrupted_writes
 from spark_jobs.control import lease as leases
 from spark_jobs.control import progress
@@ -455,10 +454,9 @@ def retire_python_sessions_state(home: WeirHome, pipeline: Pipeline) -> str | No
     the query after silver's latest version. The caller holds the lease. Returns the backup's id."""
     if not sessions.holds_python_state(checkpoint_location(home, pipeline, "sessions")):
         return None
-    generation = int(current_generation(home, pipeline.name).get("generation", 0))
-    backup = take_backup(home, pipeline, kind="before sessions state moved to the JVM", whole=True,
-                         actor="weir", generation=generation,
-                         reason="the sessions checkpoint holds the Python state function's state")
+    backup = safety_backup(home, pipeline, "sessions state moved to the JVM", actor="weir",
+                           reason="the sessions checkpoint holds the Python state function's state",
+                           progress=None)
     shutil.rmtree(home.confine(checkpoint_location(home, pipeline, "sessions")))
     log.warning("%s: the sessions checkpoint held the Python state function's state; backed up as "
                 "%s, and the session table is rebuilt from silver", pipeline.name, backup.id)

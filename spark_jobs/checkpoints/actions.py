@@ -176,17 +176,6 @@ def _session(spark: SparkSession | None, name: str) -> SparkSession:
     return spark or build_session(f"weir-checkpoint-{name}")
 
 
-def safety_backup(home: WeirHome, p: Pipeline, action: str, actor: str, reason: str | None,
-                   progress: backups.Progress | None) -> backups.Manifest | None:
-    """The automatic backup of the live checkpoint before a destructive action (whole copy: the
-    stream is stopped, and even a damaged checkpoint is kept as it was)."""
-    if not topology.existing_checkpoints(home, p):
-        return None
-    generation = int(generations.current_generation(home, p.name).get("generation", 0))
-    return backups.take_backup(home, p, kind=f"before {action}", whole=True, actor=actor,
-                               reason=reason, generation=generation, progress=progress)
-
-
 # --- the actions ---------------------------------------------------------------------------------
 
 def _inspect(home: WeirHome, p: Pipeline, *, spark: SparkSession | None, **_: Any) -> dict[str, Any]:
@@ -226,7 +215,7 @@ def _restore(home: WeirHome, p: Pipeline, *, backup_id: str | None, actor: str, 
     plan = {"backup": manifest.id, "batches": {q: c.batch for q, c in manifest.queries.items()}}
     if dry_run:
         return {"plan": plan}
-    safety = safety_backup(home, p, "restore", actor, reason, progress)
+    safety = generations.safety_backup(home, p, "restore", actor, reason, progress)
     staged = generations.staging_folder(home, p.name)
     generations.stage_backup(path, staged)
     number = generations.install(home, p, staged, f"restore {manifest.id}")
@@ -256,7 +245,7 @@ def _rewind(home: WeirHome, p: Pipeline, *, backup_id: str | None, actor: str, r
             "fresh_queries": [q for q in topology.QUERIES if q != "ingest"]}
     if dry_run:
         return {"plan": plan}
-    safety = safety_backup(home, p, "rewind", actor, reason, progress)
+    safety = generations.safety_backup(home, p, "rewind", actor, reason, progress)
     session = _session(spark, p.name) if restores else None
     for layer, version in restores.items():
         from delta.tables import DeltaTable
@@ -286,7 +275,7 @@ def _reset(home: WeirHome, p: Pipeline, *, reset_from: str | None, actor: str, r
         raise UserError(str(err)) from None
     if dry_run:
         return {"plan": plan.as_dict(), "files_to_process": list(plan.pending_files)[:50]}
-    safety = safety_backup(home, p, "reset", actor, reason, progress)
+    safety = generations.safety_backup(home, p, "reset", actor, reason, progress)
     staged = generations.staging_folder(home, p.name)
     generations.stage_reset(home, p, plan, staged)
     number = generations.install(home, p, staged, f"reset --from {reset_from}")

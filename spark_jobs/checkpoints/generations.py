@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_jobs import kafka, landing_manifest, topology
 from spark_jobs.catalog import FileSource
-from spark_jobs.checkpoints.backups import copy_files
+from spark_jobs.checkpoints.backups import Manifest, Progress, copy_files, take_backup
 
 if TYPE_CHECKING:
     from spark_jobs.catalog import Pipeline
@@ -48,6 +48,18 @@ def current_generation(home: WeirHome, pipeline: str) -> dict[str, Any]:
         return dict(json.loads(path.read_text(encoding="utf-8")))
     except (FileNotFoundError, ValueError):
         return {"generation": 0, "origin": "first start"}
+
+
+def safety_backup(home: WeirHome, p: Pipeline, action: str, actor: str, reason: str | None,
+                   progress: Progress | None) -> Manifest | None:
+    """The automatic backup of the live checkpoint before a destructive action replaces or removes
+    any of it (whole copy: the stream is stopped, and even a damaged checkpoint is kept as it
+    was). None when there is no checkpoint yet."""
+    if not topology.existing_checkpoints(home, p):
+        return None
+    generation = int(current_generation(home, p.name).get("generation", 0))
+    return take_backup(home, p, kind=f"before {action}", whole=True, actor=actor,
+                       reason=reason, generation=generation, progress=progress)
 
 
 def _write_generation(home: WeirHome, pipeline: str, origin: str) -> int:

@@ -28,7 +28,7 @@ from urllib.parse import unquote, urlparse
 from spark_jobs import catalog, topology
 from spark_jobs.catalog import FileSource
 from spark_jobs.checkpoints import backups, generations, layout
-from spark_jobs.checkpoints.actions import holding, require_confirmation, running_driver_note, safety_backup
+from spark_jobs.checkpoints.actions import holding, require_confirmation, running_driver_note
 from spark_jobs.control import deploy_gate, eventlog
 from spark_jobs.errors import UserError
 from spark_jobs.home import WeirHome
@@ -147,7 +147,7 @@ def _refresh(spark: SparkSession, home: WeirHome, p: Pipeline, plan: RefreshPlan
              reason: str | None, progress: backups.Progress | None) -> dict[str, Any]:
     from spark_jobs import backfill
 
-    safety = safety_backup(home, p, ACTION, actor, reason, progress)
+    safety = generations.safety_backup(home, p, ACTION, actor, reason, progress)
     staged = generations.staging_folder(home, p.name)
     reset = generations.plan_reset(home, p, "earliest")
     if plan.origin == "bronze" and safety is not None:
