@@ -77,15 +77,28 @@ def _artifact(jar: Path) -> str:
 
 
 def resolve() -> list[str]:
+    """The jars every session puts on `spark.jars`: the resolved packages, then Weir's own jar.
+    Each is redone only when what it is made of changed: Ivy when the packages or its settings
+    did, `javac` when a source under `infra/jvm` did."""
+    packages = _resolved_packages()
+    own, stamp, digest = cache_dir() / OWN_JAR, cache_dir() / "own-jar.txt", own_sources_digest()
+    if not (own.is_file() and stamp.is_file() and stamp.read_text() == digest):
+        build_own_jar(packages)
+        stamp.write_text(digest)
+    jars = [*packages, str(own)]
+    manifest_path().write_text("\n".join(jars) + "\n")
+    return jars
+
+
+def _resolved_packages() -> list[str]:
     """Resolve the packages through Ivy into the cache (a no-op when the manifest is current).
     Jars that pyspark already ships (Jackson, Hadoop, Parquet, ...) are left out."""
-    wanted = repr(RESOLUTIONS) + IVY_SETTINGS.read_text() + own_sources_digest()
+    wanted = repr(RESOLUTIONS) + IVY_SETTINGS.read_text()
     manifest, stamp = manifest_path(), cache_dir() / "packages.txt"
     if manifest.is_file() and stamp.is_file() and stamp.read_text() == wanted:
-        try:
-            return resolved_jars()
-        except JarsMissingError:
-            pass
+        jars = [j for j in manifest.read_text().splitlines() if j and Path(j).name != OWN_JAR]
+        if jars and all(Path(j).is_file() for j in jars):
+            return jars
     import pyspark
 
     ivy = cache_dir() / "ivy"
@@ -98,8 +111,6 @@ def resolve() -> list[str]:
     jars = sorted(str(p) for p in (ivy / "jars").glob("*.jar") if _artifact(p) not in shipped)
     if not jars:
         raise JarsMissingError(f"Ivy resolved nothing into {ivy / 'jars'}")
-    jars.append(str(build_own_jar(jars)))
-    manifest.write_text("\n".join(jars) + "\n")
     stamp.write_text(wanted)
     return jars
 
