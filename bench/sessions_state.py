@@ -29,9 +29,11 @@ log = logging.getLogger("bench.sessions_state")
 START = dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.UTC)
 
 
-def _silver_sessions(spark: Any, silver_schema: Any, n: int) -> Any:
+def _silver_sessions(spark: Any, silver_schema: Any, pipeline: Any, n: int) -> Any:
     """N sessions as silver rows: `start` at START + i ms, `heartbeat` 2 s later."""
     from pyspark.sql import functions as F
+
+    from spark_jobs.transforms import KEY_HASH, key_hash
 
     ids = spark.range(n).withColumn("session_id", F.format_string("b-s%09d", "id"))
     kinds = F.explode(F.array(F.struct(F.lit("start").alias("k"), F.lit(0).alias("d")),
@@ -46,8 +48,9 @@ def _silver_sessions(spark: Any, silver_schema: Any, n: int) -> Any:
         F.lit("bench").alias("_source"), F.col("id").alias("_position"),
         F.current_timestamp().alias("_ingest_time"))
     rows = rows.withColumn("event_date", F.to_date("event_time"))
-    return rows.select(*[(F.col(f.name) if f.name in rows.columns else F.lit(None)).cast(f.dataType)
-                         .alias(f.name) for f in silver_schema.fields])
+    rows = rows.select(*[(F.col(f.name) if f.name in rows.columns else F.lit(None)).cast(f.dataType)
+                         .alias(f.name) for f in silver_schema.fields if f.name != KEY_HASH])
+    return rows.select("*", key_hash((pipeline.key,)))
 
 
 def _touch_lines(n: int, k: int) -> list[str]:
@@ -69,6 +72,8 @@ def _run_sessions(spark: Any, pipeline: Any, home: WeirHome, tables: Any) -> dic
     progress = batches[-1]
     state = progress["stateOperators"][0] if progress["stateOperators"] else {}
     return {"batch_ms": progress["durationMs"].get("triggerExecution"),
+            "add_batch_ms": progress["durationMs"].get("addBatch"),
+            "state_update_ms": state.get("allUpdatesTimeMs"), "state_commit_ms": state.get("commitTimeMs"),
             "state_rows": state.get("numRowsTotal"), "state_memory_bytes": state.get("memoryUsedBytes")}
 
 
@@ -84,7 +89,8 @@ def measure(spark: Any, n: int, k: int, root: Path) -> dict[str, Any]:
     pipeline = catalog.load("playback")
     tables = ensure_tables(spark, home, pipeline)
     silver_schema = spark.read.format("delta").load(str(tables.silver)).schema
-    _silver_sessions(spark, silver_schema, n).write.format("delta").mode("append").save(str(tables.silver))
+    (_silver_sessions(spark, silver_schema, pipeline, n)
+     .write.format("delta").mode("append").save(str(tables.silver)))
     started = time.monotonic()
     load = _run_sessions(spark, pipeline, home, tables)
     load_s = time.monotonic() - started
@@ -106,6 +112,8 @@ def measure(spark: Any, n: int, k: int, root: Path) -> dict[str, Any]:
             "state_memory_bytes": steady["state_memory_bytes"],
             "load_batch_ms": load["batch_ms"], "load_wall_s": round(load_s, 1),
             "steady_batch_ms": steady["batch_ms"], "steady_wall_s": round(steady_s, 1),
+            **{f"steady_{part}_ms": steady[f"{part}_ms"]
+               for part in ("add_batch", "state_update", "state_commit")},
             "ingest_batch_wall_s": round(ingest_s, 1),
             "sessions_share_of_ingest": round(steady_s / ingest_s, 2) if ingest_s else None}
 
