@@ -82,11 +82,15 @@ def resolve() -> list[str]:
     did, `javac` when a source under `infra/jvm` did."""
     packages = _resolved_packages()
     own, stamp, digest = cache_dir() / OWN_JAR, cache_dir() / "own-jar.txt", own_sources_digest()
-    if not (own.is_file() and stamp.is_file() and stamp.read_text() == digest):
+    rebuilt = not (own.is_file() and stamp.is_file() and stamp.read_text() == digest)
+    if rebuilt:
         build_own_jar(packages)
         stamp.write_text(digest)
     jars = [*packages, str(own)]
-    manifest_path().write_text("\n".join(jars) + "\n")
+    # Written only when something changed: the drivers' class archive is recorded again after it.
+    manifest, text = manifest_path(), "\n".join(jars) + "\n"
+    if rebuilt or not manifest.is_file() or manifest.read_text() != text:
+        manifest.write_text(text)
     return jars
 
 
