@@ -233,7 +233,9 @@ class GoldBatch:
 class SessionsBatch:
     """foreachBatch of the sessions query: the sessions the batch changed replace their rows (a
     MERGE by session key, so a replayed batch changes nothing). A session stands under the date of
-    its first event; a late event may move it, hence the dates where its key already stands.
+    its first event; a late event may move it, hence the dates where its key already stands, found
+    through the files whose key hashes meet the batch's (`tables.holding`): the lookup's cost
+    follows the files written since the batch before, not the table's history.
 
     After the session table was rebuilt in batch (a fresh sessions checkpoint over an existing
     silver), the keyed state starts empty: a session the rebuild holds that gets later events, or
@@ -257,7 +259,8 @@ class SessionsBatch:
         key = sessions.table_key(self.pipeline)
         dates = {row[0] for row in rows.select("event_date").distinct().collect()}
         if dates:
-            dates |= set(partitions_holding(rows, self.tables.sessions, key, "event_date"))
+            dates |= set(partitions_holding(rows, self.tables.sessions, key, "event_date",
+                                            key_hash=transforms.key_hash_expression(key)))
             upsert(rows, self.tables.sessions, key, prune=in_list("event_date", dates),
                    fencing=fencing(self.pipeline.name))
         fence(self.pipeline.name)   # a skipped (fenced) write is loud, see IngestBatch

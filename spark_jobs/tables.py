@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     import deltalake
@@ -326,9 +326,7 @@ def insert_absent(df: DataFrame, path: Path, key: Sequence[str], *, keys: DataFr
     Delta's statistics leave are read; without it every partition is (a key may stand under any)."""
     spark = df.sparkSession
     gateway = spark.sparkContext._gateway  # type: ignore[attr-defined]
-    names = gateway.new_array(gateway.jvm.java.lang.String, len(key))
-    for i, k in enumerate(key):
-        names[i] = k
+    names = _java_strings(gateway, key)
 
     def insert() -> Inserted:
         version = fencing.next_version() if fencing is not None else -1
@@ -344,25 +342,44 @@ def insert_absent(df: DataFrame, path: Path, key: Sequence[str], *, keys: DataFr
     return retry_conflicts(insert, what=f"insert into {path}")
 
 
-def partitions_holding(df: DataFrame, path: Path, key: Sequence[str], partition: str) -> list[object]:
+def _java_strings(gateway: Any, values: Sequence[str]) -> Any:
+    """`values` as a Java String[] (py4j)."""
+    array = gateway.new_array(gateway.jvm.java.lang.String, len(values))
+    for i, value in enumerate(values):
+        array[i] = value
+    return array
+
+
+def partitions_holding(df: DataFrame, path: Path, key: Sequence[str], partition: str, *,
+                       key_hash: str | None = None) -> list[object]:
     """The values of `partition` under which the table at `path` holds a key of `df`: where an
     event already stands when its new copy would fall under another partition (an event resent
     with another event time). See `holding`."""
-    return [row[0] for row in holding(df, path, key, partition).collect()]
+    return [row[0] for row in holding(df, path, key, partition, key_hash=key_hash).collect()]
 
 
-def holding(df: DataFrame, path: Path, key: Sequence[str], partition: str) -> DataFrame:
-    """`partitions_holding` as a plan. It reads only the key and partition columns and never
-    shuffles them: `df`'s keys (one micro-batch's, bounded by the source's batch bound) are
-    broadcast, whatever the session's broadcast threshold, and the table is scanned against them in
-    place. A shuffled join moved every key of the table each batch: 0.58-0.95 s against 0.29-0.46 s
-    on a silver of about 24 k rows, 4.1 s against 2.1-2.3 s on 5 M (docs/performance.md)."""
-    from pyspark.sql import functions as F
+def holding(df: DataFrame, path: Path, key: Sequence[str], partition: str, *,
+            key_hash: str | None = None) -> DataFrame:
+    """`partitions_holding` as a plan (`infra/jvm/weir/InsertAbsent.java`, `held`). It reads only
+    the key and partition columns and never shuffles them: `df`'s keys (one micro-batch's, bounded
+    by the source's batch bound) are broadcast, whatever the session's broadcast threshold, and the
+    table is scanned against them in place. A shuffled join moved every key of the table each
+    batch: 0.58-0.95 s against 0.29-0.46 s on a silver of about 24 k rows, 4.1 s against 2.1-2.3 s
+    on 5 M (docs/performance.md).
 
-    table = df.sparkSession.read.format("delta").load(str(path))
-    keys = F.broadcast(df.select(*key).distinct())
-    held = table.select(*key, partition).join(keys, on=list(key), how="left_semi")
-    return held.select(partition).distinct()
+    With `key_hash` (`transforms.key_hash_expression` of `key`), only the files whose key hashes
+    meet the batch's are read, each file's hashes kept in the driver once read, as `insert_absent`
+    does: a batch reads the keys of the files written since the batch before, not of the whole
+    table, whose size no longer sets its cost."""
+    from pyspark.sql import DataFrame as Frame
+
+    spark = df.sparkSession
+    gateway = spark.sparkContext._gateway  # type: ignore[attr-defined]
+    names = _java_strings(gateway, key)
+    held = gateway.jvm.weir.InsertAbsent.held(
+        spark._jsparkSession, str(path), df.select(*key).distinct()._jdf,  # type: ignore[attr-defined]
+        names, key_hash)
+    return Frame(held, spark).select(partition).distinct()
 
 
 def upsert(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | None = None,

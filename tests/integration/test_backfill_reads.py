@@ -199,6 +199,38 @@ def test_the_dates_a_table_holds_a_batchs_keys_under_are_found_without_shuffling
         spark.conf.set("spark.sql.autoBroadcastJoinThreshold", before)
 
 
+def test_with_key_hashes_only_the_files_holding_a_batchs_keys_are_read(spark, home):
+    """The session table's lookup each batch: with the key's hash, the files whose hashes (computed
+    from the key, the table has no hash column) miss the batch's are not read at all, so the cost
+    does not grow with the table's dates. A file written after the first lookup is read too."""
+    from spark_jobs.tables import holding
+
+    path = home.root / "sessions"
+    day = [FIRST + dt.timedelta(days=d) for d in range(DAYS)]
+    for d in range(DAYS):   # one file per date
+        (spark.createDataFrame([(f"s{d}-{i}", day[d]) for i in range(PER_DAY)],
+                               "session_id string, event_date date")
+         .coalesce(1).write.format("delta").mode("append").partitionBy("event_date").save(str(path)))
+    batch = spark.createDataFrame([("s3-0",), ("s7-5",), ("new-1",)], "session_id string")
+    key_hash = transforms.key_hash_expression(("session_id",))
+
+    def lookup() -> tuple[list[dt.date], set[str]]:
+        plan = holding(batch, path, ("session_id",), "event_date", key_hash=key_hash)
+        folders = {f.rsplit("/", 2)[-2] for f in plan.inputFiles()}
+        return sorted(r[0] for r in plan.collect()), folders
+
+    assert lookup() == ([day[3], day[7]], {f"event_date={day[3]}", f"event_date={day[7]}"})
+    # a late event moved s3-0's session: its new row stands under another date, in a new file
+    (spark.createDataFrame([("s3-0", day[9])], "session_id string, event_date date")
+     .write.format("delta").mode("append").partitionBy("event_date").save(str(path)))
+    dates, folders = lookup()
+    assert dates == [day[3], day[7], day[9]]
+    assert folders == {f"event_date={day[3]}", f"event_date={day[7]}", f"event_date={day[9]}"}
+    # without the hash every file is read, as before
+    plain = holding(batch, path, ("session_id",), "event_date")
+    assert len({f.rsplit("/", 2)[-2] for f in plain.inputFiles()}) == DAYS
+
+
 def test_a_bronze_created_before_the_hint_gets_the_column_at_the_next_start(spark, home):
     """A bronze written by an older Weir lacks `event_date_hint`: `ensure_tables` (every driver
     start) adds it, and the old rows read it as null, so a back-fill reads them whatever its dates."""

@@ -134,9 +134,12 @@ def test_keys_that_share_a_hash_are_told_apart_by_the_keys_themselves(spark, tmp
     assert sorted(r.k for r in table(spark, path).where("v = 'new'").collect()) == ["x", "y", "z"]
 
 
-def test_a_table_without_the_hash_column_has_every_files_keys_read(spark, tmp_path: Path) -> None:
-    """A silver created before the hash column: the key hash asked for is not there (nor a column
-    of that name that Delta does not generate), so the keys of every file are read, as before."""
+def test_a_table_without_the_hash_column_has_its_files_hashes_computed_from_the_key(
+        spark, tmp_path: Path) -> None:
+    """A silver created before the hash column: the key hash asked for is not there, and a column
+    of that name that Delta does not generate (here all zeros) is not taken for it. Each file's
+    hashes are computed from its key as it is read, so only the file holding a key of the batch
+    has its keys read."""
     from pyspark.sql import functions as F
 
     from spark_jobs.transforms import KEY_HASH, key_hash_expression
@@ -149,7 +152,7 @@ def test_a_table_without_the_hash_column_has_every_files_keys_read(spark, tmp_pa
         KEY_HASH, F.expr(expression))
 
     inserted = insert_absent(batch, path, ["k"], key_hash=expression)
-    assert (inserted.rows, inserted.files_read, inserted.files_hashed) == (1, 2, 0)
+    assert (inserted.rows, inserted.files_read, inserted.files_hashed, inserted.hashes_read) == (1, 1, 2, 2)
     assert sorted(r.k for r in table(spark, path).collect()) == ["a", "b", "c", "x"]
 
 

@@ -10,6 +10,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.function.Supplier;
 import org.apache.hadoop.fs.Path;
 import org.apache.spark.network.util.JavaUtils;
 import org.apache.spark.sql.Column;
@@ -54,10 +55,11 @@ import scala.jdk.javaapi.CollectionConverters;
  * carrying the same id conflicts) and commits nothing when the table already carries this version
  * or a higher one, as Delta's own writers skip such a write; otherwise it records the version.
  *
- * <p>Key hashes: a table with a column that Delta generates as the key's 64-bit hash (silver's
- * {@code _key_hash}, {@code xxhash64} of the key) is read in two steps. The batch's hashes against
- * each file's name the files where a key of the batch may stand; only those files' keys are then
- * compared in full. Each file's hashes are read once and kept in the driver, sorted
+ * <p>Key hashes: given the key's 64-bit hash as SQL ({@code xxhash64} of the key), a table is read
+ * in two steps. The batch's hashes against each file's name the files where a key of the batch may
+ * stand; only those files' keys are then compared in full. A file's hashes are read from the
+ * column Delta generates as that expression where the table has one (silver's {@code _key_hash}),
+ * else computed from its key columns. Each file's hashes are read once and kept in the driver, sorted
  * ({@link KeyHashes}): a batch reads the hash column only of the files written since the batch
  * before, and looks its hashes up in the others' in memory, so its cost no longer grows with a
  * scan of the table (docs/performance.md). A hash that two keys share costs a file read, never a row, and
@@ -78,8 +80,8 @@ public final class InsertAbsent {
    * Insert the rows of {@code rows} (unique by {@code key}) whose key the table at {@code path}
    * does not hold. {@code batchKeys} are the keys looked up (null: those of {@code rows}); any
    * superset of them will do, such as the keys of the rows before a dedupe, whose plan is cheaper
-   * to run twice than the rows'. {@code keyHash} is the generation expression of a key-hash
-   * column (null, or a table without such a column: every file's keys are read). {@code prune}
+   * to run twice than the rows'. {@code keyHash} is the key's hash as SQL, the generation
+   * expression of the table's key-hash column if it has one (null: every file's keys are read). {@code prune}
    * (SQL on the table's columns, qualified {@code t.}; null: the whole table) bounds where a key
    * of {@code rows} can stand: only the files Delta's statistics cannot rule out are read, and
    * only they are registered as read. Returns {rows inserted, files whose keys were read, files
@@ -90,13 +92,49 @@ public final class InsertAbsent {
   public static long[] insert(SparkSession spark, String path, Dataset<Row> rows,
       Dataset<Row> batchKeys, String[] key, String keyHash, String prune, String appId,
       long version) {
-    // The stream calls this from write threads of its own, whose JVM threads (PySpark's pinned
-    // threads) have no active session. Delta loads a snapshot's checkpoint only under one: the
-    // first load of a snapshot that another writer checkpointed failed there.
+    return underActive(spark, () ->
+        insertActive(spark, path, rows, batchKeys, key, keyHash, prune, appId, version));
+  }
+
+  /**
+   * The rows of the table at {@code path} whose key ({@code key}) is among {@code batchKeys}'s:
+   * where a table already holds a batch's keys (the session table: a session a late event moves
+   * to an earlier date still stands under its old one). The batch's keys (bounded by the caller:
+   * one micro-batch's) are broadcast against the table's, and only the files that may hold one are
+   * read: with {@code keyHash} (null: every file is read), the files whose key hashes, from the
+   * driver's {@link KeyHashes} as {@link #insert} finds them, meet the batch's. A table without a
+   * hash column has each file's hashes computed from its key as the file is first read, so a
+   * batch reads the keys of the files written since the batch before, not of the whole table. A
+   * read of the latest snapshot, in no transaction.
+   */
+  public static Dataset<Row> held(SparkSession spark, String path, Dataset<Row> batchKeys,
+      String[] key, String keyHash) {
+    return underActive(spark, () -> {
+      DeltaLog log = DeltaLog.forTable(spark, path);
+      OptimisticTransaction read = log.startTransaction();   // for its snapshot: never committed
+      StructType schema = read.snapshot().schema();
+      Seq<AddFile> files = read.filterFiles(
+          CollectionConverters.asScala(List.<Expression>of()).toList(), true);
+      Dataset<Row> wanted = typedKeys(batchKeys, key, schema);
+      Seq<AddFile> candidates = keyHash != null && !files.isEmpty()
+          ? mayHold(spark, log, read, files, wanted, hashOf(schema, keyHash), keyHash, new long[1])
+          : files;
+      return log.createDataFrame(read.snapshot(), candidates, false, Option.empty())
+          .join(functions.broadcast(wanted), key, "left_semi");
+    });
+  }
+
+  /**
+   * {@code body} with {@code spark} the thread's active session. The stream calls in from write
+   * threads of its own, whose JVM threads (PySpark's pinned threads) have no active session, and
+   * Delta loads a snapshot's checkpoint only under one: the first load of a snapshot that another
+   * writer checkpointed failed there.
+   */
+  private static <T> T underActive(SparkSession spark, Supplier<T> body) {
     Option<SparkSession> before = SparkSession.getActiveSession();
     SparkSession.setActiveSession(spark);
     try {
-      return insertActive(spark, path, rows, batchKeys, key, keyHash, prune, appId, version);
+      return body.get();
     } finally {
       if (before.isDefined()) {
         SparkSession.setActiveSession(before.get());
@@ -104,6 +142,20 @@ public final class InsertAbsent {
         SparkSession.clearActiveSession();
       }
     }
+  }
+
+  /** The keys of {@code batchKeys} as the table types them: a hash is of the typed value. */
+  private static Dataset<Row> typedKeys(Dataset<Row> batchKeys, String[] key, StructType schema) {
+    return batchKeys.select(Arrays.stream(key)
+        .map(k -> functions.col(quoted(k)).cast(schema.apply(k).dataType()).alias(k))
+        .toArray(Column[]::new));
+  }
+
+  /** A file's key hashes: the column Delta generates as {@code keyHash} when the table has one,
+   * else {@code keyHash} computed from the key columns as the file is read. */
+  private static Column hashOf(StructType schema, String keyHash) {
+    String generated = generatedAs(schema, keyHash);
+    return generated != null ? functions.col(quoted(generated)) : functions.expr(keyHash);
   }
 
   private static long[] insertActive(SparkSession spark, String path, Dataset<Row> rows,
@@ -120,15 +172,12 @@ public final class InsertAbsent {
     Seq<AddFile> files = txn.filterFiles(prune == null
         ? CollectionConverters.asScala(List.<Expression>of()).toList()
         : conjuncts(log, txn, prune), true);
-    // the keys as the table types them: a hash is of the typed value
-    Dataset<Row> wanted = (batchKeys == null ? rows : batchKeys).select(Arrays.stream(key)
-        .map(k -> functions.col(quoted(k)).cast(schema.apply(k).dataType()).alias(k))
-        .toArray(Column[]::new));
-    String hashColumn = generatedAs(schema, keyHash);
-    boolean hashed = hashColumn != null && !files.isEmpty();
+    Dataset<Row> wanted = typedKeys(batchKeys == null ? rows : batchKeys, key, schema);
+    boolean hashed = keyHash != null && !files.isEmpty();
     long[] hashesRead = {0};
     Seq<AddFile> read = hashed
-        ? mayHold(spark, log, txn, files, wanted, hashColumn, keyHash, hashesRead) : files;
+        ? mayHold(spark, log, txn, files, wanted, hashOf(schema, keyHash), keyHash, hashesRead)
+        : files;
     Dataset<Row> absent = rows;
     if (!read.isEmpty()) {
       Column[] keys = Arrays.stream(key).map(k -> functions.col(quoted(k))).toArray(Column[]::new);
@@ -175,7 +224,7 @@ public final class InsertAbsent {
   }
 
   /**
-   * The files among {@code files} whose {@code hashColumn} may hold the hash of a key of
+   * The files among {@code files} whose key hashes ({@code hash}, see {@link #hashOf}) may hold the hash of a key of
    * {@code wanted}; every other file cannot hold a key of the batch. The batch's hashes, sorted in
    * the driver, are merged with each file's sorted hashes from {@link KeyHashes}; the hash column is
    * read only of the files the cache does not hold yet (then kept), and scanned against the batch,
@@ -183,13 +232,13 @@ public final class InsertAbsent {
    * hash column was read.
    */
   private static Seq<AddFile> mayHold(SparkSession spark, DeltaLog log, OptimisticTransaction txn,
-      Seq<AddFile> files, Dataset<Row> wanted, String hashColumn, String keyHash, long[] hashed) {
+      Seq<AddFile> files, Dataset<Row> wanted, Column hash, String keyHash, long[] hashed) {
     long capacity = cacheCapacity(spark);
     long[] batch = KeyHashes.sortedDistinct(wanted.select(functions.expr(keyHash))
         .as(Encoders.LONG()).collectAsList().stream().mapToLong(Long::longValue).toArray());
     Map<String, AddFile> byEntry = new LinkedHashMap<>();
     for (AddFile f : CollectionConverters.asJava(files)) {
-      byEntry.put(entry(log, f), f);
+      byEntry.put(entry(log, f, keyHash), f);
     }
     List<AddFile> candidates = new ArrayList<>();
     List<AddFile> unseen = new ArrayList<>();
@@ -224,15 +273,15 @@ public final class InsertAbsent {
       chunk += rows;
     }
     for (List<AddFile> load : loads) {
-      for (Map.Entry<AddFile, LongBuffer> e : load(log, txn, load, hashColumn).entrySet()) {
-        KeyHashes.put(entry(log, e.getKey()), e.getValue(), capacity);
+      for (Map.Entry<AddFile, LongBuffer> e : load(log, txn, load, hash).entrySet()) {
+        KeyHashes.put(entry(log, e.getKey(), keyHash), e.getValue(), capacity);
         if (KeyHashes.intersect(e.getValue(), batch)) {
           candidates.add(e.getKey());
         }
       }
     }
     if (!scan.isEmpty()) {
-      candidates.addAll(scanned(log, txn, scan, wanted, hashColumn, keyHash));
+      candidates.addAll(scanned(log, txn, scan, wanted, hash, keyHash));
     }
     hashed[0] = unseen.size();
     return CollectionConverters.asScala(candidates).toList();
@@ -251,22 +300,22 @@ public final class InsertAbsent {
         : JavaUtils.byteStringAsBytes(bytes)) / Long.BYTES;
   }
 
-  /** A file's name in the cache: its path and its deletion vector, which only ever removes rows
-   * but which a restore can take away again. */
-  private static String entry(DeltaLog log, AddFile f) {
+  /** A file's name in the cache: its path, its deletion vector, which only ever removes rows
+   * but which a restore can take away again, and the key's hash expression (a table may be looked
+   * up by more than one key). */
+  private static String entry(DeltaLog log, AddFile f, String keyHash) {
     return f.absolutePath(log).toUri() + "#"
-        + (f.deletionVector() == null ? "" : f.deletionVector().uniqueId());
+        + (f.deletionVector() == null ? "" : f.deletionVector().uniqueId()) + "#" + keyHash;
   }
 
   /** The sorted hashes of each of {@code files}, read from its hash column in one job. */
   private static Map<AddFile, LongBuffer> load(DeltaLog log, OptimisticTransaction txn,
-      List<AddFile> files, String hashColumn) {
+      List<AddFile> files, Column hash) {
     Map<URI, AddFile> byPath = new HashMap<>();
     for (AddFile f : files) {
       byPath.put(f.absolutePath(log).toUri(), f);
     }
     Map<AddFile, LongBuffer> hashes = new HashMap<>();
-    Column hash = functions.col(quoted(hashColumn));
     for (Map.Entry<String, LongBuffer> e : KeyHashes.byFile(log.createDataFrame(txn.snapshot(),
             CollectionConverters.asScala(files).toList(), false, Option.empty())
         .select(functions.col("_metadata.file_path"), hash)).entrySet()) {
@@ -288,14 +337,13 @@ public final class InsertAbsent {
   }
 
   /**
-   * The files among {@code files} whose {@code hashColumn} holds the hash of a key of
+   * The files among {@code files} whose key hashes ({@code hash}) hold the hash of a key of
    * {@code wanted}: one scan of the hash column, the batch's hashes broadcast against it.
    */
   private static List<AddFile> scanned(DeltaLog log, OptimisticTransaction txn, List<AddFile> files,
-      Dataset<Row> wanted, String hashColumn, String keyHash) {
+      Dataset<Row> wanted, Column stored, String keyHash) {
     Dataset<Row> hashes = functions.broadcast(
         wanted.select(functions.expr(keyHash).alias("_weir_hash")).distinct());
-    Column stored = functions.col(quoted(hashColumn));
     Set<URI> found = new HashSet<>();
     for (Row r : log.createDataFrame(txn.snapshot(), CollectionConverters.asScala(files).toList(),
             false, Option.empty())
