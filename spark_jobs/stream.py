@@ -460,6 +460,7 @@ def retire_python_sessions_state(home: WeirHome, pipeline: Pipeline) -> str | No
     backup = safety_backup(home, pipeline, "sessions state moved to the JVM", actor="weir",
                            reason="the sessions checkpoint holds the Python state function's state",
                            progress=None)
+    assert backup is not None, "a sessions checkpoint was found, so there is one to back up"
     shutil.rmtree(home.confine(checkpoint_location(home, pipeline, "sessions")))
     log.warning("%s: the sessions checkpoint held the Python state function's state; backed up as "
                 "%s, and the session table is rebuilt from silver", pipeline.name, backup.id)
