@@ -316,14 +316,16 @@ def insert_absent(df: DataFrame, path: Path, key: Sequence[str], *, keys: DataFr
     the batch. `df`'s size is bounded by the caller (one micro-batch).
 
     `keys` holds the keys to look up (default: `df`'s); any superset will do, such as the keys
-    before a dedupe, which then runs once. `key_hash` is the generation expression of the table's
-    key-hash column (`transforms.key_hash_expression`): when the table has it, the batch's hashes
-    are compared with every file's first, and the keys read only of the files holding one. Each
-    file's hashes are read once and kept in the driver (`infra/jvm/weir/KeyHashes.java`, at most
-    `spark.weir.keyHashCache.maxBytes`, an eighth of the heap by default): a batch reads the hashes
-    of the files written since the batch before, not of the whole table. `prune` (SQL
-    on the target `t`, as `key_ranges` gives) bounds where a key can stand, and only the files
-    Delta's statistics leave are read; without it every partition is (a key may stand under any)."""
+    before a dedupe, which then runs once. `key_hash` is the key's hash as SQL
+    (`transforms.key_hash_expression`; silver's `_key_hash` is generated as it): the batch's hashes
+    are compared with every file's first, and the keys read only of the files holding one. A
+    file's hashes come from the column Delta generates as `key_hash` where the table has one,
+    else are computed from its key. Each file's hashes are read once and kept in the driver
+    (`infra/jvm/weir/KeyHashes.java`, at most `spark.weir.keyHashCache.maxBytes`, an eighth of the
+    heap by default): a batch reads the hashes of the files written since the batch before, not of
+    the whole table. `prune` (SQL on the target `t`, as `key_ranges` gives) bounds where a key can
+    stand, and only the files Delta's statistics leave are read; without it every partition is (a
+    key may stand under any)."""
     spark = df.sparkSession
     gateway = spark.sparkContext._gateway  # type: ignore[attr-defined]
     names = _java_strings(gateway, key)

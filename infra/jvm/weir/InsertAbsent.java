@@ -59,11 +59,12 @@ import scala.jdk.javaapi.CollectionConverters;
  * in two steps. The batch's hashes against each file's name the files where a key of the batch may
  * stand; only those files' keys are then compared in full. A file's hashes are read from the
  * column Delta generates as that expression where the table has one (silver's {@code _key_hash}),
- * else computed from its key columns. Each file's hashes are read once and kept in the driver, sorted
- * ({@link KeyHashes}): a batch reads the hash column only of the files written since the batch
+ * else computed from its key columns. Each file's hashes are read once and kept in the driver,
+ * sorted ({@link KeyHashes}): a batch reads the hashes only of the files written since the batch
  * before, and looks its hashes up in the others' in memory, so its cost no longer grows with a
- * scan of the table (docs/performance.md). A hash that two keys share costs a file read, never a row, and
- * Delta itself keeps the column equal to its expression on every write, whoever the writer.
+ * scan of the table (docs/performance.md). A hash that two keys share costs a file read, never a
+ * row, and Delta itself keeps a generated column equal to its expression on every write, whoever
+ * the writer.
  */
 public final class InsertAbsent {
   /** The key-hash cache's capacity in bytes (Spark's size syntax, such as {@code 256m}): a
@@ -81,10 +82,10 @@ public final class InsertAbsent {
    * does not hold. {@code batchKeys} are the keys looked up (null: those of {@code rows}); any
    * superset of them will do, such as the keys of the rows before a dedupe, whose plan is cheaper
    * to run twice than the rows'. {@code keyHash} is the key's hash as SQL, the generation
-   * expression of the table's key-hash column if it has one (null: every file's keys are read). {@code prune}
-   * (SQL on the table's columns, qualified {@code t.}; null: the whole table) bounds where a key
-   * of {@code rows} can stand: only the files Delta's statistics cannot rule out are read, and
-   * only they are registered as read. Returns {rows inserted, files whose keys were read, files
+   * expression of the table's key-hash column if it has one (null: every file's keys are read).
+   * {@code prune} (SQL on the table's columns, qualified {@code t.}; null: the whole table)
+   * bounds where a key of {@code rows} can stand: only the files Delta's statistics cannot rule
+   * out are read, and only they are registered as read. Returns {rows inserted, files whose keys were read, files
    * whose key hashes were read (the others' came from {@link KeyHashes}), files whose key hashes
    * were compared}; rows inserted is -1 when the write was skipped because the table
    * already carries {@code appId} at {@code version} or above.
@@ -224,12 +225,12 @@ public final class InsertAbsent {
   }
 
   /**
-   * The files among {@code files} whose key hashes ({@code hash}, see {@link #hashOf}) may hold the hash of a key of
-   * {@code wanted}; every other file cannot hold a key of the batch. The batch's hashes, sorted in
-   * the driver, are merged with each file's sorted hashes from {@link KeyHashes}; the hash column is
-   * read only of the files the cache does not hold yet (then kept), and scanned against the batch,
-   * as a whole, for those that do not fit it. {@code hashed} receives the number of files whose
-   * hash column was read.
+   * The files among {@code files} whose key hashes ({@code hash}, see {@link #hashOf}) may hold
+   * the hash of a key of {@code wanted}; every other file cannot hold a key of the batch. The
+   * batch's hashes, sorted in the driver, are merged with each file's sorted hashes from
+   * {@link KeyHashes}; the hashes are read only of the files the cache does not hold yet (then
+   * kept), and scanned against the batch, as a whole, for those that do not fit it.
+   * {@code hashed} receives the number of files whose hashes were read.
    */
   private static Seq<AddFile> mayHold(SparkSession spark, DeltaLog log, OptimisticTransaction txn,
       Seq<AddFile> files, Dataset<Row> wanted, Column hash, String keyHash, long[] hashed) {
@@ -308,7 +309,7 @@ public final class InsertAbsent {
         + (f.deletionVector() == null ? "" : f.deletionVector().uniqueId()) + "#" + keyHash;
   }
 
-  /** The sorted hashes of each of {@code files}, read from its hash column in one job. */
+  /** The sorted key hashes ({@code hash}) of each of {@code files}, read in one job. */
   private static Map<AddFile, LongBuffer> load(DeltaLog log, OptimisticTransaction txn,
       List<AddFile> files, Column hash) {
     Map<URI, AddFile> byPath = new HashMap<>();
@@ -338,7 +339,7 @@ public final class InsertAbsent {
 
   /**
    * The files among {@code files} whose key hashes ({@code hash}) hold the hash of a key of
-   * {@code wanted}: one scan of the hash column, the batch's hashes broadcast against it.
+   * {@code wanted}: one scan of their hashes, the batch's hashes broadcast against it.
    */
   private static List<AddFile> scanned(DeltaLog log, OptimisticTransaction txn, List<AddFile> files,
       Dataset<Row> wanted, Column stored, String keyHash) {
