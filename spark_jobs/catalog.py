@@ -214,6 +214,12 @@ class Pipeline:
     # must never carry the watermark into the future (which would make every later event late).
     max_event_time_ahead: str = "1 hour"
     shuffle_partitions: int = 4
+    # A gold or sessions micro-batch reads at most this many bytes of silver's files (Delta's
+    # `maxBytesPerTrigger`; at least one file). Silver's files hold about 40 bytes a row, a
+    # seventh of the raw lines' bytes, so the default (about 1.7 M rows) spans three ingest
+    # batches: a query that runs behind the ingest (a `--once` run over a backlog, a restart after
+    # a long stop) catches up in bounded batches, not in Delta's 1,000 files at a time.
+    silver_max_bytes_per_trigger: int = 64 << 20
     restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
     # How often Airflow looks for new commits of the pipeline's tables: each table's asset gets at
     # most one event per interval, however many micro-batches committed meanwhile.
@@ -227,6 +233,7 @@ class Pipeline:
     sessions: Sessions | None = None
 
     def __post_init__(self) -> None:
+        positive(f"pipeline {self.name}", silver_max_bytes_per_trigger=self.silver_max_bytes_per_trigger)
         # Checked here, not when the first batch runs: a rule's count is the column `dq_<name>`
         # of one aggregate, so two rules of one name would fail every batch of a running stream.
         if not isinstance(self.row_rules, tuple) or not all(isinstance(r, RowRule) for r in self.row_rules):

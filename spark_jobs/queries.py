@@ -94,8 +94,10 @@ def silver_stream(spark: SparkSession, pipeline: Pipeline, tables: PipelineTable
     partitions; their change commits are skipped here, and the back-fill reconciles the query's
     table for those dates itself. On a fresh checkpoint (with `home`) the query starts after the
     silver version its table was rebuilt from, instead of re-reading all of silver in file order
-    (which drops as late what its first batch's watermark excludes)."""
-    reader = spark.readStream.format("delta").option("skipChangeCommits", "true")
+    (which drops as late what its first batch's watermark excludes). A batch reads at most the
+    pipeline's `silver_max_bytes_per_trigger` of silver's files."""
+    reader = (spark.readStream.format("delta").option("skipChangeCommits", "true")
+              .option("maxBytesPerTrigger", str(pipeline.silver_max_bytes_per_trigger)))
     starting = starting_version(pipeline, home, tables, query) if home is not None else None
     if starting is not None:
         reader = reader.option("startingVersion", starting)

@@ -1,10 +1,11 @@
 """Gold and the session table after a reset or a fresh query over an existing silver (issue 12,
-scenario 6; issue 16): the query would re-read silver in file order, 1,000 files a batch, and drop
-as late what its first batch's watermark excludes. The table is rebuilt from silver in batch
-first, and the query starts after the silver version it was rebuilt from."""
+scenario 6; issue 16): the query would re-read silver in file order, a bounded batch at a time,
+and drop as late what its first batch's watermark excludes. The table is rebuilt from silver in
+batch first, and the query starts after the silver version it was rebuilt from."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import shutil
@@ -13,7 +14,7 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
-from spark_jobs import backfill, sessions, stream, transforms
+from spark_jobs import backfill, queries, sessions, stream, transforms
 from spark_jobs.generator import generate, write_lines
 from spark_jobs.layers import ensure_tables
 from spark_jobs.queries import FROM_SILVER, REBUILT_FROM, REBUILT_THROUGH, rebuild_marker
@@ -24,7 +25,23 @@ from tests.integration.batches import differs, ingest
 from tests.integration.pipelines import playback
 
 pytestmark = pytest.mark.slow
-DELTA_FILES_PER_BATCH = 1000   # the Delta source's default maxFilesPerTrigger
+
+
+def silver_read_in(spark, tables, batches: int):
+    """`playback` with silver's batch bound at a `batches`-th of silver's bytes: a query re-reading
+    silver as a stream takes `batches` batches or more."""
+    size = DeltaTable.forPath(spark, str(tables.silver)).detail().first()["sizeInBytes"]
+    return dataclasses.replace(playback(), silver_max_bytes_per_trigger=size // batches)
+
+
+def silver_of_many_small_commits(spark, tables, files: int, commits: int = 3) -> None:
+    """Silver rewritten as `commits` commits of `files` files in all, events of far-apart minutes
+    mixed in each file (a stream re-reading it takes the files in order)."""
+    rows = table(spark, tables.silver).localCheckpoint()
+    for part in range(commits):
+        share = rows.where(F.abs(F.hash("event_id")) % commits == part)
+        (share.repartition(files // commits).write.format("delta")
+         .mode("overwrite" if part == 0 else "append").save(str(tables.silver)))
 
 
 def sessions_differ(spark, pipeline, tables) -> str:
@@ -55,22 +72,15 @@ def continuations(spark, tables, count: int) -> list[str]:
 
 def test_fresh_gold_and_sessions_queries_over_a_silver_of_many_files_equal_their_batch_derivation(
         spark, home, tmp_path):
-    pipeline = playback()
-    tables = ensure_tables(spark, home, pipeline)
+    tables = ensure_tables(spark, home, playback())
     morning = generate(tmp_path / "a", files=2, sessions_per_file=40, seed=81,
                        start=dt.datetime(2026, 11, 19, 3, 0, tzinfo=dt.UTC))
     evening = generate(tmp_path / "b", files=2, sessions_per_file=40, seed=82,
                        start=dt.datetime(2026, 11, 19, 20, 0, tzinfo=dt.UTC))
-    ingest(spark, pipeline, tables, morning.files + evening.files,
+    ingest(spark, playback(), tables, morning.files + evening.files,
            dt.datetime(2026, 11, 19, 21, 0, tzinfo=dt.UTC), 0)
-    # silver as many small commits of many files, events of far-apart minutes mixed in each file
-    rows = table(spark, tables.silver).localCheckpoint()
-    parts = 3
-    for part in range(parts):
-        share = rows.where(F.abs(F.hash("event_id")) % parts == part)
-        (share.repartition(DELTA_FILES_PER_BATCH // parts + 40).write.format("delta")
-         .mode("overwrite" if part == 0 else "append").save(str(tables.silver)))
-    assert table(spark, tables.silver).inputFiles().__len__() > DELTA_FILES_PER_BATCH
+    silver_of_many_small_commits(spark, tables, files=48)
+    pipeline = silver_read_in(spark, tables, batches=4)
 
     shutil.rmtree(checkpoint_location(home, pipeline, "gold"), ignore_errors=True)   # a reset
     stream.run(pipeline, once=True, home=home, spark=spark)
@@ -102,6 +112,22 @@ def test_fresh_gold_and_sessions_queries_over_a_silver_of_many_files_equal_their
     silver = table(spark, tables.silver)
     assert not (d := differs(table(spark, tables.gold), transforms.aggregate(silver, pipeline))), f"gold: {d}"
     assert not (d := sessions_differ(spark, pipeline, tables)), f"sessions: {d}"
+
+
+def test_a_query_behind_silver_catches_up_in_batches_of_the_pipelines_bound(spark, home, tmp_path):
+    """Delta's stream source takes 1,000 files a batch by default, whatever their size: a gold or
+    sessions query behind a silver of large files would read all of it in one batch. The
+    pipeline's `silver_max_bytes_per_trigger` bounds it by bytes."""
+    tables = ensure_tables(spark, home, playback())
+    lines = generate(tmp_path / "a", files=2, sessions_per_file=30, seed=86)
+    ingest(spark, playback(), tables, lines.files, dt.datetime(2026, 11, 19, 21, 0, tzinfo=dt.UTC), 0)
+    silver_of_many_small_commits(spark, tables, files=12)
+    pipeline = silver_read_in(spark, tables, batches=3)
+    query = (queries.gold(spark, pipeline, tables).writeStream.format("noop").outputMode("update")
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+    query.awaitTermination()
+    read = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert len(read) >= 3 and sum(read) == table(spark, tables.silver).count(), read
 
 
 def test_a_first_start_over_an_empty_silver_rebuilds_nothing_and_an_emptied_silver_empties_the_tables(
