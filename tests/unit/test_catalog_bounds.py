@@ -4,6 +4,7 @@ or one of the wrong type is refused with the entry and the setting named, instea
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,8 @@ from tests.support.catalog_entries import derived_entry
      "kafka source t: max_records_per_partition must be a positive whole number or None, not 0"),
     (lambda: KafkaSource("t", partitions=0),
      "kafka source t: partitions must be a positive whole number, not 0"),
+    (lambda: dataclasses.replace(catalog.load("playback"), silver_max_bytes_per_trigger=0),
+     "pipeline playback: silver_max_bytes_per_trigger must be a positive whole number, not 0"),
 ])
 def test_a_bound_that_is_not_a_positive_whole_number_is_refused(make, message: str) -> None:
     with pytest.raises(CatalogError) as caught:
@@ -45,6 +48,7 @@ def test_the_defaults_and_the_explicit_opt_out_are_accepted() -> None:
     assert KafkaSource("t", max_offsets_per_trigger=None).max_offsets_per_trigger is None
     assert KafkaSource("t").max_records_per_partition is None
     assert KafkaSource("t", max_records_per_partition=50_000).max_records_per_partition == 50_000
+    assert catalog.load("playback").silver_max_bytes_per_trigger == 64 << 20
 
 
 def test_a_bad_bound_in_an_entry_names_the_entry_file(tmp_path: Path,
