@@ -46,29 +46,30 @@ def new_gold(events: list[Any]) -> dict[str, Any]:
 def summarise(table_path: Path, version: int | None, dates: list[tuple[str, str]]) -> dict[str, Any]:
     """Totals of the gold windows that are new: those of back-filled `dates`, else the last
     `RECENT` before the newest window of the table as of `version` (latest when None). SQL over
-    the Delta table, run by delta-rs (`platform_tables.query`): only the columns it names are read,
-    and the Delta log's statistics skip the files of other dates. Both queries read one version."""
+    the Delta table, run by delta-rs (`platform_tables.select`): only the columns it names are read,
+    and the Delta log's statistics skip the files of other dates. The log is read once, and both
+    queries read that version."""
     from deltalake import DeltaTable
 
-    version = DeltaTable(str(table_path), version=version).version()
+    table = DeltaTable(str(table_path), version=version)
     if dates:
         new = " OR ".join(f"event_date BETWEEN DATE '{dt.date.fromisoformat(first)}' "
                           f"AND DATE '{dt.date.fromisoformat(last)}'" for first, last in dates)
     else:
         recent = int(RECENT.total_seconds())
         new = f"window_end > (SELECT max(window_end) FROM t) - INTERVAL '{recent} seconds'"
-    totals, = platform_tables.query(table_path, f"""
+    totals, = platform_tables.select(table, f"""
         SELECT count(*) AS row_count, count(DISTINCT window_start) AS windows,
                min(window_start) AS window_from, max(window_end) AS window_to,
                coalesce(sum(events), 0) AS events, coalesce(sum(plays), 0) AS plays,
                coalesce(sum(errors), 0) AS errors, coalesce(sum(rebuffer_ms), 0) AS rebuffer_ms
-        FROM t WHERE {new}""", version=version)
-    worst = platform_tables.query(table_path, f"""
+        FROM t WHERE {new}""")
+    worst = platform_tables.select(table, f"""
         SELECT coalesce(cdn, 'unknown') AS cdn, sum(errors) AS errors FROM t WHERE {new}
-        GROUP BY 1 HAVING sum(errors) > 0 ORDER BY errors DESC, cdn LIMIT 1""", version=version)
+        GROUP BY 1 HAVING sum(errors) > 0 ORDER BY errors DESC, cdn LIMIT 1""")
     events, errors = totals["events"], totals["errors"]
     return {
-        "version": version, "rows": totals["row_count"], "windows": totals["windows"],
+        "version": table.version(), "rows": totals["row_count"], "windows": totals["windows"],
         "from": totals["window_from"].isoformat() if totals["window_from"] else None,
         "to": totals["window_to"].isoformat() if totals["window_to"] else None,
         "events": events, "plays": totals["plays"], "errors": errors,

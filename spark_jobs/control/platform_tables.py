@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from deltalake import DeltaTable
 
 log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 6
@@ -80,14 +81,21 @@ def query(path: Path, sql: str, *, version: int | None = None) -> list[dict[str,
     I/O threads that call into Python; one still doing so when a CLI's interpreter exits aborts
     the process ("terminate called without an active exception", exit 134) after it has printed
     its answer: one `weir status` in 20 under load."""
-    import pyarrow as pa
-    from deltalake import DeltaTable, QueryBuilder
+    from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     try:
         table = DeltaTable(str(path), version=version)
     except TableNotFoundError:
         return []
+    return select(table, sql)
+
+
+def select(table: DeltaTable, sql: str) -> list[dict[str, Any]]:
+    """`query` over a table already opened (one read of its log for several queries)."""
+    import pyarrow as pa
+    from deltalake import QueryBuilder
+
     return pa.table(QueryBuilder().register("t", table).execute(sql)).to_pylist()
 
 
