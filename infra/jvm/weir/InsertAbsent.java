@@ -85,10 +85,10 @@ public final class InsertAbsent {
    * expression of the table's key-hash column if it has one (null: every file's keys are read).
    * {@code prune} (SQL on the table's columns, qualified {@code t.}; null: the whole table)
    * bounds where a key of {@code rows} can stand: only the files Delta's statistics cannot rule
-   * out are read, and only they are registered as read. Returns {rows inserted, files whose keys were read, files
-   * whose key hashes were read (the others' came from {@link KeyHashes}), files whose key hashes
-   * were compared}; rows inserted is -1 when the write was skipped because the table
-   * already carries {@code appId} at {@code version} or above.
+   * out are read, and only they are registered as read. Returns {rows inserted, files whose keys
+   * were read, files whose key hashes were read (the others' came from {@link KeyHashes}), files
+   * whose key hashes were compared}; rows inserted is -1 when the write was skipped because the
+   * table already carries {@code appId} at {@code version} or above.
    */
   public static long[] insert(SparkSession spark, String path, Dataset<Row> rows,
       Dataset<Row> batchKeys, String[] key, String keyHash, String prune, String appId,
