@@ -119,6 +119,8 @@ def summarise(doc: Document) -> dict[str, Any]:
                                               cpu_in_span(_result(doc, "bare"))),
         "kafka_platform_ingest_cpu_vs_bare": _ratio(cpu_in_span(_result(doc, "platform_kafka")),
                                                     cpu_in_span(_result(doc, "bare_kafka"))),
+        "latency_p99_platform_vs_bare": _ratio(latency.get("p99_s"),
+                                               _result(doc, "bare_latency").get("p99_s")),
     }
     others = {
         "steady_bare_lag_after_last_file_s": _result(doc, "bare_steady").get("lag_after_last_file_s"),
@@ -126,6 +128,9 @@ def summarise(doc: Document) -> dict[str, Any]:
         "latency_rate_events_per_s": latency.get("rate"),
         "latency_p50_s": latency.get("p50_s"),
         "latency_p99_s": latency.get("p99_s"),
+        # the bare job at the same rate and trigger: the latency Spark and a Delta append reach here
+        "bare_latency_p50_s": _result(doc, "bare_latency").get("p50_s"),
+        "bare_latency_p99_s": _result(doc, "bare_latency").get("p99_s"),
         "recovery_detection_s": recovery.get("detection_s"),
         "recovery_first_commit_s": recovery.get("first_commit_s"),
         "dq_s_per_million_rows": dq.get("seconds_per_million_rows"),
@@ -350,12 +355,14 @@ def markdown_summary(doc: Document) -> str:
         keys = ("triggerExecution", "addBatch", "latestOffset", "queryPlanning", "walCommit", "commitOffsets")
         lines += [f"| {label} | {query} | " + " | ".join(_fmt(split.get(k, 0) / 1000.0) for k in keys) + " |"
                   for label, query, split in splits]
-    lat = _result(doc, "latency")
-    if lat.get("batches") is not None:
-        lines += ["", f"Latency run: {lat.get('events_measured')} events measured of "
-                      f"{lat.get('events_written')} written at {_fmt(lat.get('rate'))} ev/s, "
-                      f"{lat.get('batches')} micro-batches, p90 {_fmt(lat.get('p90_s'), ' s')}, "
-                      f"max {_fmt(lat.get('max_s'), ' s')}."]
+    for label, job in (("Latency run", "latency"), ("The bare job's latency run", "bare_latency")):
+        lat = _result(doc, job)
+        if lat.get("batches") is not None:
+            lines += ["", f"{label}: {lat.get('events_measured')} events measured of "
+                          f"{lat.get('events_written')} written at {_fmt(lat.get('rate'))} ev/s, "
+                          f"{lat.get('batches')} micro-batches, p50 {_fmt(lat.get('p50_s'), ' s')}, "
+                          f"p90 {_fmt(lat.get('p90_s'), ' s')}, p99 {_fmt(lat.get('p99_s'), ' s')}, "
+                          f"max {_fmt(lat.get('max_s'), ' s')}."]
     profile = _result(doc, "ingest_profile")
     if profile.get("steps_s"):
         lines += ["", f"## Where an ingest micro-batch spends its time ({profile.get('lines')} lines, "
@@ -506,8 +513,11 @@ def plot(doc: Document, out: Path, stem: str) -> list[Path]:
         hist.hist(latencies, bins=40, weights=[measured / len(latencies)] * len(latencies))
         hist.set_xlabel("seconds: written to landing → visible in silver")
         hist.set_ylabel("events")
+        bare = sorted((_result(doc, "bare_latency").get("runs") or [{}])[0].get(LATENCY_SAMPLE) or [])
         ordered = sorted(latencies)
-        cdf.plot(ordered, [(i + 1) / len(ordered) for i in range(len(ordered))])
+        cdf.plot(ordered, [(i + 1) / len(ordered) for i in range(len(ordered))], label="platform")
+        if bare:
+            cdf.plot(bare, [(i + 1) / len(bare) for i in range(len(bare))], label="bare job, same rate")
         cdf.axvline(3.0, linestyle=":", color="red", label="goal p99 ≤ 3 s")
         cdf.set_xlabel("seconds")
         cdf.set_ylabel("fraction of events")

@@ -221,9 +221,11 @@ def run_one(suite: Suite, name: str) -> None:
             suite.results["latency"] = {"label": "latency", "not_measured":
                                         "no platform landing → silver rate measured in this run"}
             return
-        run_worker(suite, "latency", suite.spec(
-            "latency", "latency", rate=round(rate / 2, 1), trigger="1 second",
-            duration_s=3 if suite.quick else 45, settle_s=1 if suite.quick else 10))
+        # the bare job at the same rate and trigger: what Spark and a Delta append reach here
+        for job in ("bare_latency", "latency"):
+            run_worker(suite, job, suite.spec(
+                job, job, rate=round(rate / 2, 1), trigger="1 second",
+                duration_s=3 if suite.quick else 45, settle_s=1 if suite.quick else 10))
     elif name == "dag_parse":
         run_worker(suite, "dag_parse", {"label": "dag_parse", "repeats": 1 if suite.quick else 3})
     else:

@@ -12,7 +12,8 @@ lines included: that is what every job has to read and parse.
 - `platform_steady`: `weir run playback` while the files arrive one by one, stopped (SIGTERM)
   once silver holds every valid event;
 - `latency`, `backfill`, `ingest_profile`, `silver_growth`: the platform's ingest query, its
-  micro-batch and back-fill in-process.
+  micro-batch and back-fill in-process;
+- `bare_latency`: the bare job's latency at the same rate and trigger as `latency`.
 
 Streaming rates are sustained: lines over the span from the first micro-batch's start to the
 end of the last one that wrote the target table (driver start-up excluded; its wall time is
@@ -665,22 +666,43 @@ class LandingWriter(threading.Thread):
 
 
 def latency_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
+    """The platform's ingest query on its catalog entry (with the spec's trigger), landing → silver."""
     from spark_jobs.layers import ensure_tables
     from spark_jobs.stream import start_query
 
-    rate = float(spec.params["rate"])
-    duration_s, settle_s = float(spec.params["duration_s"]), float(spec.params["settle_s"])
     p = playback(trigger=spec.params.get("trigger", "1 second"))
     home = fresh_home(spec, name)
     tables = ensure_tables(spark, home, p)
-    writer = LandingWriter(home.landing(PIPELINE), rate)
-    query = start_query(spark, p, home, tables, "ingest", once=False)
+    return measure_latency(spark, spec, home.landing(PIPELINE), tables.silver,
+                           lambda: start_query(spark, p, home, tables, "ingest", once=False))
+
+
+def bare_latency_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
+    """The hand-written job (`bare_query`) on the same trigger, landing → its Delta table: the
+    latency a bare Spark + Delta append reaches on this machine at the same rate."""
+    home = fresh_home(spec, name)
+    landing, root = home.landing(PIPELINE), home.root / "bare"
+    landing.mkdir(parents=True, exist_ok=True)
+    trigger = spec.params.get("trigger", "1 second")
+    return measure_latency(spark, spec, landing, root / "events",
+                           lambda: bare_query(spark, landing, root, trigger=trigger))
+
+
+def measure_latency(spark: SparkSession, spec: Spec, landing: Path, table: Path,
+                    start: Callable[[], StreamingQuery]) -> Result:
+    """Events written into `landing` at the spec's rate while the query `start` returns runs; each
+    event's latency is from its file's rename into `landing` to the commit that made its first row
+    visible in `table` (a job that keeps a resent event twice is judged by its first row)."""
+    rate = float(spec.params["rate"])
+    duration_s, settle_s = float(spec.params["duration_s"]), float(spec.params["settle_s"])
+    writer = LandingWriter(landing, rate)
+    query = start()
     try:
         # Steady state only: the query's first batch (code generation, first MERGEs) is not latency.
         from spark_jobs.generator import write_lines
 
         first = list(itertools.islice(writer.events(), 10))
-        write_lines(home.landing(PIPELINE), "lat-warmup.jsonl", [json.dumps(e) for e in first])
+        write_lines(landing, "lat-warmup.jsonl", [json.dumps(e) for e in first])
         query.processAllAvailable()
         writer.start()
         measured_from = time.time() + settle_s
@@ -690,14 +712,15 @@ def latency_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> R
         query.processAllAvailable()
     finally:
         query.stop()
-    visible_by_file = delta_log.visible_at_by_file(tables.silver)
-    rows = (spark.read.format("delta").load(str(tables.silver))
-            .select("event_id", "_metadata.file_path").collect())
-    latencies = sorted(
-        visible_by_file[Path(r[1]).name] - writer.written_at[r[0]]
-        for r in rows
-        if r[0] in writer.written_at and writer.written_at[r[0]] >= measured_from
-        and Path(r[1]).name in visible_by_file)
+    visible_by_file = delta_log.visible_at_by_file(table)
+    visible: dict[str, float] = {}
+    for event_id, path in (spark.read.format("delta").load(str(table))
+                           .select("event_id", "_metadata.file_path").collect()):
+        at = visible_by_file.get(Path(path).name)
+        if at is not None and event_id in writer.written_at:
+            visible[event_id] = min(at, visible.get(event_id, at))
+    latencies = sorted(at - writer.written_at[event_id] for event_id, at in visible.items()
+                       if writer.written_at[event_id] >= measured_from)
     written = sum(1 for t in writer.written_at.values() if t >= measured_from)
     batches = batches_of(query.recentProgress)
     return {"rate": rate, "events_measured": len(latencies), "events_written": written,
@@ -860,6 +883,7 @@ SPARK_WORKLOADS: dict[str, Callable[[SparkSession, Spec, Dataset, str], Result]]
     "bare_steady": bare_steady_once,
     "bare_kafka": bare_kafka_once,
     "latency": latency_once,
+    "bare_latency": bare_latency_once,
     "backfill": backfill_once,
     "ingest_profile": ingest_profile_once,
     "silver_growth": silver_growth_once,

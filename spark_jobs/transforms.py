@@ -9,6 +9,7 @@ fails (not only the first), so a quarantined line tells the whole story at once.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -68,10 +69,10 @@ EVENT_DATE_HINT = "event_date_hint"
 BRONZE_TABLE_SCHEMA = StructType([*BRONZE_SCHEMA.fields, StructField(EVENT_DATE_HINT, DateType())])
 
 
-def _raw_schema(pipeline: Pipeline) -> StructType:
+def _raw_schema(fields: tuple[Field, ...]) -> StructType:
     """Every contract field read as its JSON text, so that a wrong type is seen, not nulled."""
     return StructType(
-        [StructField(f.name, StringType()) for f in pipeline.fields]
+        [StructField(f.name, StringType()) for f in fields]
         + [StructField(CORRUPT, StringType())]
     )
 
@@ -136,12 +137,12 @@ def _typed(f: Field, i: int) -> Column | None:
     return None
 
 
-def _ahead_of_ingest(event_time: Column, f: Field, pipeline: Pipeline) -> Column:
-    """The reason for an event stamped more than the catalog's tolerance ahead of its ingest time
-    (the micro-batch's, replayed unchanged, so the stream and a back-fill judge alike)."""
-    limit = F.col("_ingest_time") + F.expr(f"INTERVAL {pipeline.max_event_time_ahead}")
+def _ahead_of_ingest(event_time: Column, f: Field, max_ahead: str) -> Column:
+    """The reason for an event stamped more than the catalog's tolerance (`max_ahead`) ahead of its
+    ingest time (the micro-batch's, replayed unchanged, so the stream and a back-fill judge alike)."""
+    limit = F.col("_ingest_time") + F.expr(f"INTERVAL {max_ahead}")
     return F.when(event_time > limit, F.concat(
-        F.lit(f"{f.name} more than {pipeline.max_event_time_ahead} ahead of ingest time: "),
+        F.lit(f"{f.name} more than {max_ahead} ahead of ingest time: "),
         F.col(f"_raw.{f.name}")))
 
 
@@ -155,7 +156,23 @@ def parse(bronze: DataFrame, pipeline: Pipeline) -> DataFrame:
     Built in stages, each a projection of the one before: the JSON parse and the line's own
     verdict; each field's tests; the typed values; the reasons. Spark keeps a projection whose
     costly expressions are used more than once apart from the next, so a regex or a cast runs once
-    per row and field, not once per reason that mentions it."""
+    per row and field, not once per reason that mentions it.
+
+    The stages' expressions depend on the contract only, and are built once per contract
+    (`_parse_stages`): built for each micro-batch, their 3,400 calls into the JVM took 0.7 s of
+    every batch, as long as a small batch's summary job (docs/performance.md)."""
+    for stage in _parse_stages(pipeline.fields, pipeline.event_time, pipeline.max_event_time_ahead):
+        bronze = bronze.select(*stage)
+    return bronze
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_stages(fields: tuple[Field, ...], event_time: str,
+                  max_ahead: str) -> tuple[tuple[Column, ...], ...]:
+    """The projections of `parse`, in order, for a contract: its `fields`, the `event_time` field
+    and how far ahead of its ingest time an event may stand (`max_ahead`). A column expression
+    names columns and functions and is resolved against each plan it is used in, so one list
+    serves every batch."""
     value = F.col("value")
     structural = (
         F.when(value.isNull() | (F.trim(value) == ""), F.lit("empty line"))
@@ -164,33 +181,35 @@ def parse(bronze: DataFrame, pipeline: Pipeline) -> DataFrame:
         .when(F.col("raw_bytes").isNotNull(), F.lit("invalid UTF-8"))
         .otherwise(F.call_function(JSON_LINE_REASON, value))
     )
-    parsed = bronze.select(
+    read = (
         F.col("source").alias("_source"),
         F.col("position").alias("_position"),
         F.col("ingest_time").alias("_ingest_time"),
         F.col("raw_bytes").alias("_raw_bytes"),
         value,
         F.struct(*CARRIED_COLUMNS).alias(CARRIED),
-        F.from_json(value, _raw_schema(pipeline),
+        F.from_json(value, _raw_schema(fields),
                     {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}).alias("_raw"),
         structural.alias("_structural"),
     )
-    fields = list(enumerate(pipeline.fields))
-    checks = {name: c for i, f in fields for name, c in _field_checks(f, i).items()}
-    parsed = parsed.select("*", *[c.alias(name) for name, c in checks.items()])
-    typed = {f"_typed{i}": t for i, f in fields if (t := _typed(f, i)) is not None}
-    parsed = parsed.select("*", *[c.alias(name) for name, c in typed.items()])
+    numbered = list(enumerate(fields))
+    checks = {name: c for i, f in numbered for name, c in _field_checks(f, i).items()}
+    tested = (F.col("*"), *[c.alias(name) for name, c in checks.items()])
+    typed = {f"_typed{i}": t for i, f in numbered if (t := _typed(f, i)) is not None}
+    with_typed = (F.col("*"), *[c.alias(name) for name, c in typed.items()])
     typed_cols, field_reasons = [], []
-    for i, f in fields:
+    for i, f in numbered:
         reasons, value_of = _field_reasons(f, i)
         field_reasons.extend(reasons)
-        if f.name == pipeline.event_time:
-            field_reasons.append(_ahead_of_ingest(value_of, f, pipeline))
+        if f.name == event_time:
+            field_reasons.append(_ahead_of_ingest(value_of, f, max_ahead))
         typed_cols.append(value_of.alias(f.name))
     structural = F.coalesce(F.col("_structural"), F.when(
         F.col(f"_raw.{CORRUPT}").isNotNull() | F.col("_raw").isNull(), F.lit("malformed JSON")))
     reason = F.coalesce(structural, F.nullif(F.concat_ws("; ", *field_reasons), F.lit("")))
-    return parsed.select(*LINEAGE, "value", "_raw_bytes", CARRIED, *typed_cols, reason.alias(REASON))
+    judged = (*map(F.col, LINEAGE), F.col("value"), F.col("_raw_bytes"), F.col(CARRIED), *typed_cols,
+              reason.alias(REASON))
+    return read, tested, with_typed, judged
 
 
 def bronze_rows(parsed: DataFrame, pipeline: Pipeline) -> DataFrame:

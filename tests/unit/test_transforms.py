@@ -3,6 +3,7 @@ enrichment, late events and the gold measures."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 
@@ -24,8 +25,8 @@ def bronze(spark, *lines, source="f1", ingest=T0, raw_bytes=None):
     return spark.createDataFrame(rows, transforms.BRONZE_SCHEMA)
 
 
-def reasons(spark, *lines, **bronze_args):
-    parsed = transforms.parse(bronze(spark, *lines, **bronze_args), PLAYBACK)
+def reasons(spark, *lines, pipeline=PLAYBACK, **bronze_args):
+    parsed = transforms.parse(bronze(spark, *lines, **bronze_args), pipeline)
     return [r.reason for r in transforms.rejects(parsed).orderBy("position").collect()]
 
 
@@ -70,6 +71,21 @@ def with_(**changes):
 ])
 def test_each_kind_of_bad_input_is_quarantined_with_its_reason(spark, line, reason):
     assert reasons(spark, line) == [reason]
+
+
+def test_a_contract_changed_in_the_same_process_is_judged_by_its_new_rules(spark):
+    """The parse's expressions are built once per contract and reused: an entry reloaded with
+    other rules in the same process (a back-fill after a rule change) is judged by its own rules,
+    and the first contract still by its own."""
+    line = with_(bitrate_kbps=7000, event_time="2026-11-20T10:30:00Z")
+    stricter = dataclasses.replace(PLAYBACK, max_event_time_ahead="10 minutes", fields=tuple(
+        dataclasses.replace(f, maximum=5000) if f.name == "bitrate_kbps" else f
+        for f in PLAYBACK.fields))
+    assert reasons(spark, line) == []
+    assert reasons(spark, line, pipeline=stricter) == [
+        "event_time more than 10 minutes ahead of ingest time: 2026-11-20T10:30:00Z; "
+        "bitrate_kbps out of range [0..5000]: 7000"]
+    assert reasons(spark, line) == []
 
 
 def test_whitespace_around_one_object_and_an_event_within_the_tolerance_are_valid(spark):
