@@ -45,6 +45,13 @@ class Field:
     minimum: float | None = None
     maximum: float | None = None
 
+    def __post_init__(self) -> None:
+        # An entry may list the allowed values in any collection; the contract holds a tuple, so
+        # that it is hashable (the parse's expressions are built once per contract, see
+        # `transforms.parse`).
+        if self.allowed is not None and not isinstance(self.allowed, tuple):
+            object.__setattr__(self, "allowed", tuple(self.allowed))
+
 
 @dataclass(frozen=True)
 class RowRule:
@@ -233,6 +240,8 @@ class Pipeline:
     sessions: Sessions | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.fields, tuple):   # a list in the entry: as for `Field.allowed`
+            object.__setattr__(self, "fields", tuple(self.fields))
         positive(f"pipeline {self.name}", silver_max_bytes_per_trigger=self.silver_max_bytes_per_trigger)
         # Checked here, not when the first batch runs: a rule's count is the column `dq_<name>`
         # of one aggregate, so two rules of one name would fail every batch of a running stream.

@@ -88,6 +88,14 @@ def test_a_contract_changed_in_the_same_process_is_judged_by_its_new_rules(spark
     assert reasons(spark, line) == []
 
 
+def test_a_contract_written_with_lists_is_judged_as_one_written_with_tuples(spark):
+    """A catalog entry may list its fields and a field's allowed values in lists."""
+    listed = dataclasses.replace(PLAYBACK, fields=[
+        dataclasses.replace(f, allowed=list(f.allowed)) if f.allowed else f for f in PLAYBACK.fields])
+    assert reasons(spark, with_(event_type="rewind"), with_(event_id="e2"), pipeline=listed) == [
+        "unknown event_type: rewind"]
+
+
 def test_whitespace_around_one_object_and_an_event_within_the_tolerance_are_valid(spark):
     assert reasons(spark, "  " + with_() + " \t", with_(event_time="2026-11-20T11:00:00Z")) == []
 
