@@ -218,8 +218,9 @@ def run_one(suite: Suite, name: str) -> None:
     elif name == "latency":
         rate = suite.results.get("platform", {}).get("events_per_s")
         if not rate:
-            suite.results["latency"] = {"label": "latency", "not_measured":
-                                        "no platform landing → silver rate measured in this run"}
+            for job in ("bare_latency", "latency"):
+                suite.results[job] = {"label": job, "not_measured":
+                                      "no platform landing → silver rate measured in this run"}
             return
         # the bare job at the same rate and trigger: what Spark and a Delta append reach here
         for job in ("bare_latency", "latency"):

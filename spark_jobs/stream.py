@@ -49,7 +49,6 @@ from spark_jobs.sources import holds_planning
 from spark_jobs.tables import (
     Fencing,
     Inserted,
-    append_new,
     in_list,
     insert_absent,
     key_ranges,
@@ -133,8 +132,8 @@ class IngestBatch:
             # silver row only if it read that row's line in bronze (`tables.reconcile`'s
             # `owned`), so a silver row committed ahead of its bronze row is never one it erases.
             writes: dict[str, Callable[[], object]] = {
-                "bronze": lambda: append_new(transforms.bronze_rows(parsed, p), t.bronze,
-                                             transforms.BRONZE_KEY, prune=by_source, fencing=token)}
+                "bronze": lambda: insert_absent(transforms.bronze_rows(parsed, p), t.bronze,
+                                                transforms.BRONZE_KEY, prune=by_source, fencing=token)}
             if summary.rejects:
                 # not a blind append: a back-fill may be inserting the same lines' rows (it reads
                 # bronze, which commits beside this), and a read of the keys conflicts with that

@@ -1,11 +1,9 @@
 """Delta writers, one per kind of table write. Every write is idempotent by record identity, so a
 replayed micro-batch (after a crash, or after a checkpoint restore) changes nothing:
 
-- `append_new`: append the rows whose key is not in the table yet, for tables with one writer
-  (bronze: only the pipeline's leased driver writes it);
 - `insert_absent`: insert the rows whose key is not in the table yet, reading its keys and
   appending in one transaction whose conflict detection keeps it exact beside concurrent writers
-  (silver and quarantine, which a back-fill rewrites while the stream runs);
+  (bronze, quarantine and silver: a back-fill rewrites the last two while the stream runs);
 - `upsert`: set the row of each key (gold windows, whose values are complete aggregates);
 - `reconcile`: make a range of a table equal re-derived rows by one MERGE of the differences,
   deleting only rows the caller owns (back-fill: never what the stream committed meanwhile).
@@ -276,22 +274,6 @@ def key_ranges(group: str, ordered: str, ranges: Mapping[object, tuple[int, int]
     return f"{in_list(group, ranges)} AND ({within})"
 
 
-def append_new(df: DataFrame, path: Path, key: Iterable[str], *, prune: str | None = None,
-               fencing: Fencing | None = None) -> None:
-    """Append the rows of `df` whose key is not in the table yet. An anti-join plus a blind
-    append in one job: several times cheaper than a MERGE, and exact as long as nobody else writes
-    the table meanwhile (the driver's lease guarantees that for bronze and quarantine). A replay
-    whose rows are all present commits an empty append."""
-    from pyspark.sql import functions as F
-
-    keys = list(key)
-    existing = df.sparkSession.read.format("delta").load(str(path))
-    if prune:
-        existing = existing.alias("t").where(F.expr(prune))
-    new = df.join(existing.select(*keys), on=keys, how="left_anti")
-    save_fenced(new.write.format("delta").mode("append"), path, fencing)
-
-
 @dataclass(frozen=True)
 class Inserted:
     """What `insert_absent` did: the rows it inserted, the table's files whose keys it read to
@@ -336,8 +318,10 @@ def insert_absent(df: DataFrame, path: Path, key: Sequence[str], *, keys: DataFr
             spark._jsparkSession, str(path), df._jdf,  # type: ignore[attr-defined]
             None if keys is None else keys._jdf, names, key_hash, prune,
             fencing.app_id if fencing is not None else None, version)
-        if fencing is not None:
-            fencing.landed(path, version)   # -1 rows: skipped, a newer holder's version is there
+        if fencing is not None and rows < 0:
+            # skipped: the table carries a newer holder's version, which `landed` names (an insert
+            # that committed carries this one: nothing to read back)
+            fencing.landed(path, version)
         return Inserted(rows=int(rows), files_read=int(read), files_hashed=int(hashed),
                         hashes_read=int(hashes_read))
 

@@ -131,24 +131,24 @@ def test_a_commit_in_flight_when_a_newer_holder_commits_cannot_land(spark, tmp_p
     after a newer holder took over and committed. Its insert is held open (its source blocks)
     while the newer holder appends; once released, it must not land, nor any later write of it,
     and each of them fails loudly (Delta skips a stale write without a word)."""
-    from spark_jobs.tables import FencedWriteError, Fencing, append_new, insert_absent, upsert
+    from spark_jobs.tables import FencedWriteError, Fencing, insert_absent, save_fenced, upsert
 
     old, new = Fencing("p", 1), Fencing("p", 2)
     with ThreadPoolExecutor(1) as pool:
         path, in_flight, release = hold_an_insert_open(spark, tmp_path, pool, old, insert)
-        append_new(rows(spark, "new-1"), path, ["k"], fencing=new)
+        insert_absent(rows(spark, "new-1"), path, ["k"], fencing=new)
         release.touch()
         with pytest.raises(FencedWriteError, match="did not land"):
             in_flight.result(300)
     with pytest.raises(FencedWriteError):
-        append_new(rows(spark, "old-2"), path, ["k"], fencing=old)
+        save_fenced(rows(spark, "old-2").write.format("delta").mode("append"), path, old)
     with pytest.raises(FencedWriteError):
         upsert(rows(spark, "old-3"), path, ["k"], fencing=old)
     with pytest.raises(FencedWriteError):
         insert_absent(rows(spark, "old-4"), path, ["k"], fencing=old)
     assert sorted(r.k for r in table(spark, path).collect()) == ["new-1"]
     # the newer holder goes on writing; an unfenced writer (a back-fill) is not affected
-    append_new(rows(spark, "new-2"), path, ["k"], fencing=new)
+    insert_absent(rows(spark, "new-2"), path, ["k"], fencing=new)
     insert_absent(rows(spark, "backfill"), path, ["k"])
     assert sorted(r.k for r in table(spark, path).collect()) == ["backfill", "new-1", "new-2"]
     assert Fencing.used_tokens("p", [path]) == 2

@@ -17,7 +17,7 @@ from spark_jobs import transforms
 from spark_jobs.backfill import backfill, bronze_lines, latest_version
 from spark_jobs.control import eventlog
 from spark_jobs.layers import PipelineTables, ensure_tables
-from spark_jobs.tables import append_new
+from spark_jobs.tables import insert_absent
 from tests.helpers import assert_exactly_once, table
 from tests.integration.pipelines import playback
 
@@ -77,7 +77,7 @@ def test_backfill_of_one_date_reads_only_the_bronze_files_of_that_date(spark, ho
     tables = ensure_tables(spark, home, pipeline)
     bronze, late_day_ids = bronze_of_days(spark)
     # one file per ingest day, as a day of stream batches compacted would be
-    append_new(bronze.repartition(1, "ingest_date"), tables.bronze, transforms.BRONZE_KEY)
+    insert_absent(bronze.repartition(1, "ingest_date"), tables.bronze, transforms.BRONZE_KEY)
     version = latest_version(tables.bronze)
     all_files, all_rows = scanned(table(spark, tables.bronze))
     assert all_files == DAYS and all_rows == DAYS * (PER_DAY + 1) + 3
@@ -158,7 +158,8 @@ def test_a_batch_dedupe_reads_only_the_bronze_files_its_lines_could_already_be_i
     batches = [batch(f"{landing}/2026-11-20T01-{n:02d}.jsonl#a1b2c3d4e5f6", 0, 5) for n in range(4)]
     batches += [batch(kafka, 100 * n, 100) for n in range(4)]
     for parsed in batches:      # one bronze file per micro-batch
-        append_new(transforms.bronze_rows(parsed, pipeline).coalesce(1), tables.bronze, transforms.BRONZE_KEY)
+        insert_absent(transforms.bronze_rows(parsed, pipeline).coalesce(1), tables.bronze,
+                      transforms.BRONZE_KEY)
     assert scanned(table(spark, tables.bronze))[0] == len(batches)
 
     for replayed in (batches[2], batches[6]):
@@ -166,8 +167,10 @@ def test_a_batch_dedupe_reads_only_the_bronze_files_its_lines_could_already_be_i
         prune = key_ranges("source", "position", summary.positions)
         existing = table(spark, tables.bronze).alias("t").where(F.expr(prune))
         assert scanned(existing) == (1, replayed.count()), prune
-        append_new(transforms.bronze_rows(replayed, pipeline), tables.bronze, transforms.BRONZE_KEY,
-                   prune=prune)
+        # the stream's bronze write reads the keys of that one file, and finds every line there
+        inserted = insert_absent(transforms.bronze_rows(replayed, pipeline), tables.bronze,
+                                 transforms.BRONZE_KEY, prune=prune)
+        assert (inserted.rows, inserted.files_read) == (0, 1), inserted
     written = {tuple(r) for b in batches for r in b.select("_source", "_position").collect()}
     assert_exactly_once(table(spark, tables.bronze), transforms.BRONZE_KEY, written, "bronze")
 

@@ -22,9 +22,11 @@ import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.expressions.And;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.plans.logical.Filter;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.delta.DeltaLog;
 import org.apache.spark.sql.delta.DeltaOperations;
 import org.apache.spark.sql.delta.OptimisticTransaction;
+import org.apache.spark.sql.delta.VersionChecksum;
 import org.apache.spark.sql.delta.actions.Action;
 import org.apache.spark.sql.delta.actions.AddFile;
 import org.apache.spark.sql.delta.actions.FileAction;
@@ -164,7 +166,7 @@ public final class InsertAbsent {
       long version) {
     DeltaLog log = DeltaLog.forTable(spark, path);
     OptimisticTransaction txn = log.startTransaction();
-    if (appId != null && txn.txnVersion(appId) >= version) {
+    if (appId != null && txnVersion(txn, appId) >= version) {
       return new long[] {-1, 0, 0, 0};
     }
     StructType schema = txn.snapshot().schema();
@@ -208,6 +210,30 @@ public final class InsertAbsent {
         Option.empty(), Option.empty());
     txn.commit(CollectionConverters.asScala(actions).toList(), operation);
     return new long[] {inserted, read.size(), hashesRead[0], hashed ? files.size() : 0};
+  }
+
+  /**
+   * The version of application transaction {@code appId} that {@code txn}'s snapshot carries,
+   * read as {@link OptimisticTransaction#txnVersion} reads it: the id is registered as read, so a
+   * concurrent commit carrying it makes this transaction conflict. Delta takes the version from
+   * the snapshot's computed state, an aggregate over the table's reconstructed actions (one more
+   * Spark job for every fenced write). The snapshot's checksum, the {@code .crc} file its commit
+   * wrote, holds the same transactions wherever Delta could keep them there (none has a retention
+   * set and there are few enough: Delta's own conditions for writing them), and the version is
+   * read there when it does. A version committed without one (delta-rs writes none) falls back.
+   */
+  private static long txnVersion(OptimisticTransaction txn, String appId) {
+    Option<VersionChecksum> crc = txn.snapshot().checksumOpt();
+    if (crc.isEmpty() || crc.get().setTransactions().isEmpty()) {
+      return txn.txnVersion(appId);
+    }
+    txn.readTxn().$plus$eq(appId);
+    for (SetTransaction t : CollectionConverters.asJava(crc.get().setTransactions().get())) {
+      if (t.appId().equals(appId)) {
+        return t.version();
+      }
+    }
+    return -1;
   }
 
   /** The column Delta generates as {@code expression} (null: none, or no expression given). */
@@ -366,16 +392,39 @@ public final class InsertAbsent {
     return candidates;
   }
 
-  /** {@code prune}, resolved against the columns of the transaction's snapshot (a frame of no
-   * files: only its schema is needed), split at its top-level ANDs. */
+  /**
+   * {@code prune}, resolved against the columns of the transaction's snapshot (a frame of no
+   * files: only its schema is needed) and optimized as a query's filter is before Delta skips
+   * files by it, split at its top-level ANDs. Delta's file skipping knows plain comparisons of a
+   * column with a literal: the analyzed {@code position BETWEEN 10 AND 14} (a long against int
+   * literals) still holds the BETWEEN and the literals' casts, which it cannot use, and every file
+   * of the source was read (a Kafka partition's whole history, batch after batch). The optimizer
+   * rewrites both away, as it does for a query. A condition it folds away entirely (always true,
+   * or a relation it proves empty) leaves no conjunct: every file is read, never too few.
+   */
   private static Seq<Expression> conjuncts(DeltaLog log, OptimisticTransaction txn, String prune) {
     Seq<AddFile> none = CollectionConverters.asScala(List.<AddFile>of()).toList();
     org.apache.spark.sql.classic.Dataset<Row> pruned = (org.apache.spark.sql.classic.Dataset<Row>)
         log.createDataFrame(txn.snapshot(), none, false, Option.empty()).alias("t").where(prune);
-    Expression condition = ((Filter) pruned.queryExecution().analyzed()).condition();
+    Filter filter = firstFilter(pruned.queryExecution().optimizedPlan());
     List<Expression> parts = new ArrayList<>();
-    split(condition, parts);
+    if (filter != null) {
+      split(filter.condition(), parts);
+    }
     return CollectionConverters.asScala(parts).toList();
+  }
+
+  private static Filter firstFilter(LogicalPlan plan) {
+    if (plan instanceof Filter filter) {
+      return filter;
+    }
+    for (LogicalPlan child : CollectionConverters.asJava(plan.children())) {
+      Filter found = firstFilter(child);
+      if (found != null) {
+        return found;
+      }
+    }
+    return null;
   }
 
   private static void split(Expression e, List<Expression> parts) {
