@@ -61,8 +61,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     return report
 
 
-# `make test` runs the suite on two xdist workers, a module (or a group of modules that cannot run
-# side by side) to a unit of work, the longest units first: tests/support/scheduling.py.
+# `make test` runs the suite on xdist workers (one per two cores), a module (or a group of modules
+# that cannot run side by side) to a unit of work, the longest units first:
+# tests/support/scheduling.py.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     from tests.support.scheduling import unit, unit_seconds
