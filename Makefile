@@ -54,7 +54,7 @@ demo: setup
 
 # One pytest-xdist worker per two cores (WEIR_TEST_WORKERS=N for another number): a test's own JVMs
 # (its drivers, servers and the session) keep two cores busy, and on two cores a module beside
-# another took 1.7-3.3 times as long as alone (README, "Tests"; tests/support/scheduling.py).
+# another took 1.7-3.3 times as long as alone (README, "Two commands"; tests/support/scheduling.py).
 WEIR_TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n > 3 ? n / 2 : 1 )))
 test: setup
 	$(PY) -m pytest -n $(WEIR_TEST_WORKERS)
