@@ -452,8 +452,8 @@ def ingest_profile_once(spark: SparkSession, spec: Spec, data: Dataset, name: st
     timed("1 parse + row rules (cached)", parsed.count)
     summary = timed("2 batch summary (one aggregate)", lambda: BatchSummary.of(parsed, p, rules))
     by_source = key_ranges("source", "position", summary.positions)   # as the stream prunes
-    timed("3 bronze: key read + append", lambda: insert_absent(batch, t.bronze, transforms.BRONZE_KEY,
-                                                               prune=by_source))
+    timed("3 bronze: key read + append", lambda: insert_absent(
+        transforms.bronze_rows(parsed, p), t.bronze, transforms.BRONZE_KEY, prune=by_source))
     timed("4 quarantine: key read + append", lambda: insert_absent(
         transforms.rejects(parsed), t.quarantine, transforms.BRONZE_KEY, prune=by_source))
     timed("5 silver: dedupe, key read + append", lambda: insert_absent(
