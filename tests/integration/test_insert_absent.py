@@ -248,3 +248,47 @@ def test_a_restore_that_takes_a_deletion_vector_away_brings_its_rows_keys_back(s
     DeltaTable.forPath(spark, str(path)).restoreToVersion(before_delete)
     assert insert("b", "n2").rows == 1
     assert sorted(r.k for r in table(spark, path).collect()) == ["a", "b", "c", "n2"]
+
+
+def test_the_files_a_write_reads_follow_every_commit_since_the_last_write(spark, tmp_path: Path) -> None:
+    """A write lists the table's files from the driver's list of the version it last saw, brought
+    forward by the commits since (`weir.LiveFiles`). Each step here makes a commit that a list
+    missing its adds, keeping its removes or taking a file without its deletion vector would get
+    wrong, and the batch after it would then insert a key that stands (or lose one that does not):
+    a compaction, a delete by deletion vector, a restore that takes the vector away, and a table
+    dropped and made again at the same path, past the version the driver had listed."""
+    import shutil
+
+    from delta.tables import DeltaTable
+
+    path = tmp_path / "t"
+
+    def insert(*keys: str) -> int:
+        batch = spark.createDataFrame([(k, "v", "d1") for k in keys], SCHEMA)
+        return insert_absent(batch, path, ["k"], prune="t.day = 'd1'").rows
+
+    def keys() -> list[str]:
+        return sorted(r.k for r in table(spark, path).collect())
+
+    spark.createDataFrame([("k0", "v", "d1")], SCHEMA).write.format("delta").partitionBy("day").save(
+        str(path))
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = true)")
+    assert [insert("k1"), insert("k2"), insert("k3")] == [1, 1, 1]   # one file each, listed
+    spark.sql(f"OPTIMIZE delta.`{path}`")                 # the four files removed, one added
+    assert insert("k1", "k4") == 1
+    before_delete = LogReader(str(path)).version()
+    DeltaTable.forPath(spark, str(path)).delete("k = 'k2'")   # the file again, with a vector
+    assert insert("k2", "k5") == 2
+    DeltaTable.forPath(spark, str(path)).restoreToVersion(before_delete)   # the vector gone
+    assert insert("k2", "k5", "k6") == 2
+    assert keys() == ["k0", "k1", "k2", "k3", "k4", "k5", "k6"]
+
+    listed = LogReader(str(path)).version()
+    shutil.rmtree(path)
+    spark.createDataFrame([("n0", "v", "d1")], SCHEMA).write.format("delta").partitionBy("day").save(
+        str(path))
+    while LogReader(str(path)).version() < listed + 1:    # past the version the driver listed
+        spark.createDataFrame([("n0", "v", "d2")], SCHEMA).write.format("delta").mode("append").save(
+            str(path))
+    assert insert("k1", "n0") == 1
+    assert sorted(set(keys())) == ["k1", "n0"]

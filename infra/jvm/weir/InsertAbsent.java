@@ -47,6 +47,9 @@ import scala.jdk.javaapi.CollectionConverters;
  * columns; the batch's keys (bounded by the source's batch bound) are broadcast against them, and
  * the few keys found are broadcast back to drop their rows: the insert shuffles no row. A MERGE
  * shuffled all of the batch's rows to join against the partitions' keys (docs/performance.md).
+ * The table's files are listed by {@link LiveFiles}, from the driver's list of the version the
+ * last write saw brought forward by the commits since, not from a rebuild of the new snapshot's
+ * state (which each batch's new version of the table cost every write).
  *
  * <p>Exact beside concurrent writers: the read is registered with the transaction, so a commit
  * that lands after its snapshot and adds or removes data (a back-fill's MERGE) makes this commit
@@ -116,8 +119,7 @@ public final class InsertAbsent {
       DeltaLog log = DeltaLog.forTable(spark, path);
       OptimisticTransaction read = log.startTransaction();   // for its snapshot: never committed
       StructType schema = read.snapshot().schema();
-      Seq<AddFile> files = read.filterFiles(
-          CollectionConverters.asScala(List.<Expression>of()).toList(), true);
+      Seq<AddFile> files = LiveFiles.filter(log, read, List.of());
       Dataset<Row> wanted = typedKeys(batchKeys, key, schema);
       Seq<AddFile> candidates = keyHash != null && !files.isEmpty()
           ? mayHold(spark, log, read, files, wanted, hashOf(schema, keyHash), keyHash, new long[1])
@@ -172,9 +174,8 @@ public final class InsertAbsent {
     StructType schema = txn.snapshot().schema();
     // what is read is registered with the transaction: a concurrent change to it conflicts
     // with their row counts: the key-hash cache makes room for a file by them
-    Seq<AddFile> files = txn.filterFiles(prune == null
-        ? CollectionConverters.asScala(List.<Expression>of()).toList()
-        : conjuncts(log, txn, prune), true);
+    Seq<AddFile> files = LiveFiles.filter(log, txn,
+        prune == null ? List.of() : conjuncts(log, txn, prune));
     Dataset<Row> wanted = typedKeys(batchKeys == null ? rows : batchKeys, key, schema);
     boolean hashed = keyHash != null && !files.isEmpty();
     long[] hashesRead = {0};
@@ -189,7 +190,7 @@ public final class InsertAbsent {
           .join(functions.broadcast(wanted), key, "left_semi");
       absent = rows.join(functions.broadcast(held), key, "left_anti");
     }
-    // a generated column the rows lack, Delta computes as it writes them (and checks one they carry)
+    // a generated column the rows lack, Delta computes as it writes them (checks one they carry)
     List<String> given = Arrays.asList(absent.columns());
     Dataset<Row> aligned = absent.select(Arrays.stream(schema.fields())
         .filter(f -> !f.metadata().contains(GENERATION_EXPRESSION) || given.contains(f.name()))
@@ -386,23 +387,24 @@ public final class InsertAbsent {
       }
     }
     if (!found.isEmpty()) {   // a file the scan read but the snapshot does not name: never skip it
-      throw new IllegalStateException(log.dataPath() + ": key hashes found in files the snapshot does "
-          + "not list: " + found);
+      throw new IllegalStateException(log.dataPath() + ": key hashes found in files the snapshot "
+          + "does not list: " + found);
     }
     return candidates;
   }
 
   /**
    * {@code prune}, resolved against the columns of the transaction's snapshot (a frame of no
-   * files: only its schema is needed) and optimized as a query's filter is before Delta skips
-   * files by it, split at its top-level ANDs. Delta's file skipping knows plain comparisons of a
-   * column with a literal: the analyzed {@code position BETWEEN 10 AND 14} (a long against int
-   * literals) still holds the BETWEEN and the literals' casts, which it cannot use, and every file
-   * of the source was read (a Kafka partition's whole history, batch after batch). The optimizer
-   * rewrites both away, as it does for a query. A condition it folds away entirely (always true,
-   * or a relation it proves empty) leaves no conjunct: every file is read, never too few.
+   * files: only its schema is needed) and optimized as a query's filter is before files are
+   * skipped by it, split at its top-level ANDs. File skipping ({@link LiveFiles}, as Delta's own)
+   * knows plain comparisons of a column with a literal: the analyzed {@code position BETWEEN 10
+   * AND 14} (a long against int literals) still holds the BETWEEN and the literals' casts, which
+   * it cannot use, and every file of the source was read (a Kafka partition's whole history,
+   * batch after batch). The optimizer rewrites both away, as it does for a query. A condition it
+   * folds away entirely (always true, or a relation it proves empty) leaves no conjunct: every
+   * file is read, never too few.
    */
-  private static Seq<Expression> conjuncts(DeltaLog log, OptimisticTransaction txn, String prune) {
+  private static List<Expression> conjuncts(DeltaLog log, OptimisticTransaction txn, String prune) {
     Seq<AddFile> none = CollectionConverters.asScala(List.<AddFile>of()).toList();
     org.apache.spark.sql.classic.Dataset<Row> pruned = (org.apache.spark.sql.classic.Dataset<Row>)
         log.createDataFrame(txn.snapshot(), none, false, Option.empty()).alias("t").where(prune);
@@ -411,7 +413,7 @@ public final class InsertAbsent {
     if (filter != null) {
       split(filter.condition(), parts);
     }
-    return CollectionConverters.asScala(parts).toList();
+    return parts;
   }
 
   private static Filter firstFilter(LogicalPlan plan) {
