@@ -7,6 +7,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
 from deltalake import DeltaTable as LogReader
 
 from spark_jobs.tables import Fencing, insert_absent, upsert
@@ -15,6 +16,7 @@ from tests.support.pause import pausing_udf
 from tests.support.polling import wait_for
 
 SCHEMA = "k string, v string, day string"
+LIVE_FILES_BYTES = "spark.weir.liveFiles.maxBytes"
 
 
 def test_only_rows_whose_key_stands_nowhere_are_inserted(spark, tmp_path: Path) -> None:
@@ -250,18 +252,30 @@ def test_a_restore_that_takes_a_deletion_vector_away_brings_its_rows_keys_back(s
     assert sorted(r.k for r in table(spark, path).collect()) == ["a", "b", "c", "n2"]
 
 
-def test_the_files_a_write_reads_follow_every_commit_since_the_last_write(spark, tmp_path: Path) -> None:
+@pytest.mark.parametrize("bound", [None, "1b"], ids=["lists-kept", "lists-over-their-bound"])
+def test_the_files_a_write_reads_follow_every_commit_since_the_last_write(
+        spark, tmp_path: Path, bound: str | None) -> None:
     """A write lists the table's files from the driver's list of the version it last saw, brought
     forward by the commits since (`weir.LiveFiles`). Each step here makes a commit that a list
     missing its adds, keeping its removes or taking a file without its deletion vector would get
     wrong, and the batch after it would then insert a key that stands (or lose one that does not):
     a compaction, a delete by deletion vector, a restore that takes the vector away, and a table
-    dropped and made again at the same path, past the version the driver had listed."""
+    dropped and made again at the same path, past the version the driver had listed. Over the
+    lists' bound nothing is kept, and each write lists the files afresh."""
+    if bound is None:
+        spark.conf.unset(LIVE_FILES_BYTES)
+    else:
+        spark.conf.set(LIVE_FILES_BYTES, bound)
+    try:
+        _follow_every_commit(spark, tmp_path / "t")
+    finally:
+        spark.conf.unset(LIVE_FILES_BYTES)
+
+
+def _follow_every_commit(spark, path: Path) -> None:
     import shutil
 
     from delta.tables import DeltaTable
-
-    path = tmp_path / "t"
 
     def insert(*keys: str) -> int:
         batch = spark.createDataFrame([(k, "v", "d1") for k in keys], SCHEMA)

@@ -8,6 +8,8 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
+import org.apache.spark.network.util.JavaUtils;
+import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.expressions.And;
 import org.apache.spark.sql.catalyst.expressions.AttributeReference;
 import org.apache.spark.sql.catalyst.expressions.BinaryComparison;
@@ -55,28 +57,35 @@ import scala.jdk.javaapi.CollectionConverters;
  * as Delta's own streaming source reads a table's changes.
  *
  * <p>Exact or not used: a table recreated at the same path (another table id), a snapshot older
- * than the version kept, a commit no longer in the log, column mapping, or more than
- * {@value #MOST_FILES} files: Delta lists the files, as before. A file is named by its path and
- * its deletion vector, as Delta's state names it, so a vector added or taken away (a restore)
- * replaces the entry. The files are then skipped by their statistics, conservatively: a file is
- * left out only when its minimum and maximum prove no row of it can meet a conjunct (the
- * comparisons of a column with literals that Weir's prunes are made of); any other condition keeps
- * it. The conditions and the files are registered with the transaction as Delta's
- * {@code filterFiles} registers them, so a concurrent commit conflicts exactly as it did.
+ * than the version kept, a commit no longer in the log, or column mapping: Delta lists the files,
+ * as before. Bounded: the lists kept weigh at most the session's {@value #MAX_BYTES} (unset, a
+ * 32nd of the driver's heap), by an estimate of each file's action and statistics in memory; a
+ * table whose list alone weighs more is listed by Delta at every write (a stream's table gains one
+ * file a batch between compactions: thousands a day at a short trigger, which the daily compaction
+ * folds). A file is named by its path and its deletion vector, as Delta's state names it, so a
+ * vector added or taken away (a restore) replaces the entry. The files are then skipped by their
+ * statistics, conservatively: a file is left out only when its minimum and maximum prove no row
+ * of it can meet a conjunct (the comparisons of a column with literals that Weir's prunes are
+ * made of); any other condition keeps it. The conditions and the files are registered with the
+ * transaction as Delta's {@code filterFiles} registers them, so a concurrent commit conflicts
+ * exactly as it did.
  */
 final class LiveFiles {
-  /** A table with more live files than this (bronze between compactions holds one a batch) is
-   * listed by Delta every time: the driver keeps each file's action, about 1-2 KB. */
-  static final int MOST_FILES = 20_000;
+  /** The lists' bound in bytes (Spark's size syntax, such as {@code 64m}): a session's setting;
+   * unset, a 32nd of the driver's heap. */
+  public static final String MAX_BYTES = "spark.weir.liveFiles.maxBytes";
+  /** Bytes a file's entry is taken to weigh beyond the text of its path and statistics (one
+   * byte a character, as the JVM keeps Latin-1 text): the action's objects. */
+  private static final long ENTRY_BYTES = 512;
   private static final ObjectMapper JSON = new ObjectMapper();
   /** By the table's path. */
   private static final Map<String, Listed> TABLES = new ConcurrentHashMap<>();
 
   /** One version's live files, by their names; never changed once built. */
-  private record Listed(String tableId, long version, Map<String, Live> files) {}
+  private record Listed(String tableId, long version, Map<String, Live> files, long bytes) {}
 
-  /** A live file and its statistics, parsed once. */
-  private record Live(AddFile add, JsonNode stats) {}
+  /** A live file and its estimated weight in bytes. */
+  private record Live(AddFile add, long bytes) {}
 
   private LiveFiles() {}
 
@@ -97,7 +106,8 @@ final class LiveFiles {
         CollectionConverters.asJava(snapshot.metadata().partitionColumns()));
     List<AddFile> kept = new ArrayList<>();
     for (Live f : listed.files().values()) {
-      if (filters.stream().allMatch(c -> mayMeet(c, f.stats(), partitions))) {
+      JsonNode stats = filters.isEmpty() ? null : stats(f.add());
+      if (filters.stream().allMatch(c -> mayMeet(c, stats, partitions))) {
         kept.add(f.add());
       }
     }
@@ -108,7 +118,7 @@ final class LiveFiles {
   }
 
   /** The live files of {@code snapshot}, brought forward from the version kept when it can be,
-   * else listed by Delta; null for a table of more than {@value #MOST_FILES} files. */
+   * else listed by Delta; kept for the next write when the lists fit their bound. */
   private static Listed listed(DeltaLog log, Snapshot snapshot) {
     String table = log.dataPath().toUri().toString();
     String id = snapshot.metadata().id();
@@ -120,25 +130,46 @@ final class LiveFiles {
     }
     if (now == null) {
       Map<String, Live> files = new HashMap<>();
+      long bytes = 0;
       for (AddFile add : snapshot.allFiles().collectAsList()) {
-        files.put(name(log, add), live(add));
+        Live f = live(add);
+        files.put(name(log, add), f);
+        bytes += f.bytes();
       }
-      now = new Listed(id, version, files);
+      now = new Listed(id, version, files, bytes);
     }
-    if (now.files().size() > MOST_FILES) {
+    String bound = SparkSession.active().conf().get(MAX_BYTES, null);
+    keep(table, now, bound == null ? Runtime.getRuntime().maxMemory() / 32
+        : JavaUtils.byteStringAsBytes(bound));
+    return now;
+  }
+
+  /** Keep {@code listed} as {@code table}'s newest list, unless it alone weighs more than
+   * {@code capacity}; other tables' lists go while all of them weigh more. */
+  private static void keep(String table, Listed listed, long capacity) {
+    if (listed.bytes() > capacity) {
       TABLES.remove(table);
-      return null;
+      return;
     }
-    Listed listed = now;
     TABLES.merge(table, listed, (old, neu) ->
         !old.tableId().equals(neu.tableId()) || neu.version() >= old.version() ? neu : old);
-    return listed;
+    long held = TABLES.values().stream().mapToLong(Listed::bytes).sum();
+    for (String other : List.copyOf(TABLES.keySet())) {
+      if (held <= capacity) {
+        break;
+      }
+      if (!other.equals(table)) {
+        Listed gone = TABLES.remove(other);
+        held -= gone == null ? 0 : gone.bytes();
+      }
+    }
   }
 
   /** {@code kept} brought forward to {@code version} by the commits after it, or null when a
    * commit is missing or names another table. */
   private static Listed forward(DeltaLog log, Listed kept, long version) {
     Map<String, Live> files = new HashMap<>(kept.files());
+    long bytes = kept.bytes();
     long expected = kept.version() + 1;
     scala.collection.Iterator<Tuple2<Object, Seq<Action>>> commits;
     try {
@@ -153,16 +184,19 @@ final class LiveFiles {
       }
       for (Action a : CollectionConverters.asJava(commit._2())) {
         if (a instanceof AddFile add) {
-          files.put(name(log, add), live(add));
+          Live f = live(add);
+          Live replaced = files.put(name(log, add), f);
+          bytes += f.bytes() - (replaced == null ? 0 : replaced.bytes());
         } else if (a instanceof RemoveFile remove) {
-          files.remove(name(log, remove));
+          Live gone = files.remove(name(log, remove));
+          bytes -= gone == null ? 0 : gone.bytes();
         } else if (a instanceof Metadata m && !m.id().equals(kept.tableId())) {
           return null;
         }
       }
       expected++;
     }
-    return expected == version + 1 ? new Listed(kept.tableId(), version, files) : null;
+    return expected == version + 1 ? new Listed(kept.tableId(), version, files, bytes) : null;
   }
 
   /** A file's name in a table's state: its path and its deletion vector. */
@@ -172,15 +206,22 @@ final class LiveFiles {
   }
 
   private static Live live(AddFile add) {
-    JsonNode stats = null;
-    if (add.stats() != null) {
-      try {
-        stats = JSON.readTree(add.stats());
-      } catch (java.io.IOException unreadable) {   // no statistics: the file is always read
-        stats = null;
-      }
+    return new Live(add, ENTRY_BYTES + add.path().length()
+        + (add.stats() == null ? 0 : add.stats().length()));
+  }
+
+  /** A file's statistics, parsed each time a prune needs them rather than kept parsed (a tree of
+   * nodes weighs several times its text); null when it has none or they cannot be read, and the
+   * file is always read. */
+  private static JsonNode stats(AddFile add) {
+    if (add.stats() == null) {
+      return null;
     }
-    return new Live(add, stats);
+    try {
+      return JSON.readTree(add.stats());
+    } catch (java.io.IOException unreadable) {
+      return null;
+    }
   }
 
   /**
