@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import datetime
 import itertools
+import json
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -161,7 +163,7 @@ def commit_nothing(path: Path, fencing: Fencing | None) -> None:
     from deltalake import CommitProperties, PostCommitHookProperties, Transaction
     from deltalake import DeltaTable as LogWriter
 
-    def commit() -> None:
+    def commit() -> int:
         table = LogWriter(str(path))
         transactions, version = None, None
         if fencing is not None:
@@ -184,8 +186,60 @@ def commit_nothing(path: Path, fencing: Fencing | None) -> None:
                 create_checkpoint=False, cleanup_expired_logs=False))
         if fencing is not None and version is not None:
             fencing.landed(path, version)
+        return delta_version(path)   # this commit's, unless another has landed since
 
-    retry_conflicts(commit, what=f"empty commit to {path}")
+    committed = retry_conflicts(commit, what=f"empty commit to {path}")
+    if committed is not None:
+        carry_checksum(path, committed)
+
+
+# Delta keeps a table's application transactions in a version's checksum up to this many
+# (`spark.databricks.delta.setTransactionsInCrc.maxAllowed`'s default).
+MOST_TRANSACTIONS_IN_CHECKSUM = 100
+
+
+def carry_checksum(path: Path, version: int) -> bool:
+    """Write the checksum (`.crc`) of `version` of the table at `path`, a commit of nothing but
+    application transactions (`commit_nothing`'s), from the checksum of the version before: the
+    same files, sizes, schema and histograms, its transactions set. Whether it was written.
+
+    delta-rs writes no checksum. Without one, Spark's next write to the table rebuilt the whole
+    state twice: once to read the fencing version (Delta's `txnVersion`), once to write its own
+    checksum, which Delta derives from the one before when there is one. A driver claims every
+    table at each start, so every start paid both on each table before its first batch. Nothing is
+    written unless the version before has a checksum holding its transactions (Delta keeps them
+    there only without a retention set and up to its threshold), the commit holds nothing else,
+    and no checksum is there yet; it is linked into place, so never over another writer's."""
+    folder = Path(path) / "_delta_log"
+    before, after = folder / f"{version - 1:020d}.crc", folder / f"{version:020d}.crc"
+    if version < 1 or after.exists() or not before.exists():
+        return False
+    actions = [json.loads(line) for line in (folder / f"{version:020d}.json").read_text().splitlines()
+               if line.strip()]
+    checksum = json.loads(before.read_text())
+    transactions = checksum.get("setTransactions")
+    if (any(set(action) - {"commitInfo", "txn"} for action in actions)
+            or not isinstance(transactions, list) or checksum.get("inCommitTimestampOpt") is not None):
+        return False
+    by_app = {t["appId"]: t for t in transactions}
+    by_app.update((a["txn"]["appId"], a["txn"]) for a in actions if "txn" in a)
+    if len(by_app) > MOST_TRANSACTIONS_IN_CHECKSUM:
+        return False
+    checksum["setTransactions"] = list(by_app.values())
+    committed = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+    if committed.get("txnId"):
+        checksum["txnId"] = committed["txnId"]
+    else:
+        checksum.pop("txnId", None)
+    written = folder / f".{version:020d}.crc.{os.getpid()}.tmp"
+    written.write_text(json.dumps(checksum))
+    try:
+        os.link(written, after)
+    except FileExistsError:
+        return False
+    finally:
+        written.unlink()
+    return True
 
 
 def _dml(spark: SparkSession, path: Path, statement: Callable[[], None],

@@ -4,6 +4,7 @@ every layer ends exactly once."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -174,3 +175,42 @@ def test_a_commit_in_flight_when_a_newer_holder_takes_the_lease_cannot_land(spar
             in_flight.result(300)
     assert table(spark, path).count() == 0
     assert Fencing.used_tokens("p", [path]) == 2
+
+
+def test_a_claim_carries_the_tables_checksum_forward(spark, tmp_path: Path) -> None:
+    """delta-rs writes no checksum, so the claim writes its version's from the one before
+    (`tables.carry_checksum`): Spark's next write then reads the token there and derives its own
+    checksum from it, where it rebuilt the table's state twice. Delta's own check of a checksum
+    against the rebuilt state passes, the token it holds fences the older holder, and a table
+    whose version before has no checksum gets none."""
+    from deltalake import write_deltalake
+
+    from spark_jobs.tables import FencedWriteError, Fencing, ensure_table, insert_absent
+
+    path = tmp_path / "silver"
+    ensure_table(spark, path, StructType([StructField("k", StringType())]), [])
+    insert_absent(rows(spark, "a"), path, ["k"], fencing=Fencing("p", 1))
+    new = Fencing("p", 2)
+    new.claim([path])
+    checksum = path / "_delta_log" / f"{2:020d}.crc"
+    assert checksum.exists()
+    snapshot = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+        spark._jsparkSession, str(path)).startTransaction().snapshot()
+    assert snapshot.version() == 2 and snapshot.checksumOpt().isDefined()
+    spark.conf.set("spark.databricks.delta.checksum.mismatch.fatal", "true")
+    try:
+        assert snapshot.validateChecksum(getattr(snapshot, "validateChecksum$default$1")())
+    finally:
+        spark.conf.unset("spark.databricks.delta.checksum.mismatch.fatal")
+    assert [(t["appId"], t["version"] >> 32) for t in json.loads(checksum.read_text())["setTransactions"]] \
+        == [(new.app_id, 2)]
+    with pytest.raises(FencedWriteError):
+        insert_absent(rows(spark, "old"), path, ["k"], fencing=Fencing("p", 1))
+    insert_absent(rows(spark, "b"), path, ["k"], fencing=new)
+    assert (path / "_delta_log" / f"{3:020d}.crc").exists()
+    assert sorted(r.k for r in table(spark, path).collect()) == ["a", "b"]
+
+    written_by_delta_rs = tmp_path / "other"
+    write_deltalake(str(written_by_delta_rs), rows(spark, "a").toArrow())
+    new.claim([written_by_delta_rs])
+    assert not (written_by_delta_rs / "_delta_log" / f"{1:020d}.crc").exists()
