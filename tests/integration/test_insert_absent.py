@@ -261,7 +261,7 @@ def test_the_files_a_write_reads_follow_every_commit_since_the_last_write(
     wrong, and the batch after it would then insert a key that stands (or lose one that does not):
     a compaction, a delete by deletion vector, a restore that takes the vector away, and a table
     dropped and made again at the same path, past the version the driver had listed. Over the
-    lists' bound nothing is kept, and each write lists the files afresh."""
+    lists' bound nothing is kept, and Delta lists and skips the files itself, as before."""
     if bound is None:
         spark.conf.unset(LIVE_FILES_BYTES)
     else:

@@ -27,6 +27,7 @@ import org.apache.spark.sql.delta.DeltaLog;
 import org.apache.spark.sql.delta.NoMapping$;
 import org.apache.spark.sql.delta.OptimisticTransaction;
 import org.apache.spark.sql.delta.Snapshot;
+import org.apache.spark.sql.delta.VersionChecksum;
 import org.apache.spark.sql.delta.actions.Action;
 import org.apache.spark.sql.delta.actions.AddFile;
 import org.apache.spark.sql.delta.actions.FileAction;
@@ -77,6 +78,9 @@ final class LiveFiles {
   /** Bytes a file's entry is taken to weigh beyond the text of its path and statistics (one
    * byte a character, as the JVM keeps Latin-1 text): the action's objects. */
   private static final long ENTRY_BYTES = 512;
+  /** What a file's entry is taken to weigh before its statistics are read: a table whose checksum
+   * counts more files than fit at this weight is not listed here at all. */
+  private static final long FIRST_GUESS_BYTES = 2048;
   private static final ObjectMapper JSON = new ObjectMapper();
   /** By the table's path. */
   private static final Map<String, Listed> TABLES = new ConcurrentHashMap<>();
@@ -118,8 +122,12 @@ final class LiveFiles {
   }
 
   /** The live files of {@code snapshot}, brought forward from the version kept when it can be,
-   * else listed by Delta; kept for the next write when the lists fit their bound. */
+   * else listed by Delta; kept for the next write when the lists fit their bound. Null for a table
+   * too large to list in the driver: Delta then skips its files where they are read, as before. */
   private static Listed listed(DeltaLog log, Snapshot snapshot) {
+    String bound = SparkSession.active().conf().get(MAX_BYTES, null);
+    long capacity = bound == null ? Runtime.getRuntime().maxMemory() / 32
+        : JavaUtils.byteStringAsBytes(bound);
     String table = log.dataPath().toUri().toString();
     String id = snapshot.metadata().id();
     long version = snapshot.version();
@@ -129,6 +137,11 @@ final class LiveFiles {
       now = kept.version() == version ? kept : forward(log, kept, version);
     }
     if (now == null) {
+      Option<VersionChecksum> checksum = snapshot.checksumOpt();
+      if (checksum.isDefined() && checksum.get().numFiles() * FIRST_GUESS_BYTES > capacity) {
+        TABLES.remove(table);
+        return null;
+      }
       Map<String, Live> files = new HashMap<>();
       long bytes = 0;
       for (AddFile add : snapshot.allFiles().collectAsList()) {
@@ -138,9 +151,7 @@ final class LiveFiles {
       }
       now = new Listed(id, version, files, bytes);
     }
-    String bound = SparkSession.active().conf().get(MAX_BYTES, null);
-    keep(table, now, bound == null ? Runtime.getRuntime().maxMemory() / 32
-        : JavaUtils.byteStringAsBytes(bound));
+    keep(table, now, capacity);
     return now;
   }
 
