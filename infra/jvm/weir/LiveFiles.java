@@ -241,7 +241,7 @@ final class LiveFiles {
    * condition, a partition column, a type other than integers and plain strings, or a missing
    * statistic keeps the file.
    */
-  static boolean mayMeet(Expression c, JsonNode stats, Set<String> partitions) {
+  private static boolean mayMeet(Expression c, JsonNode stats, Set<String> partitions) {
     if (stats == null) {
       return true;
     }
