@@ -12,7 +12,6 @@ import java.util.Map;
 import java.util.Set;
 import java.util.function.Supplier;
 import org.apache.hadoop.fs.Path;
-import org.apache.spark.network.util.JavaUtils;
 import org.apache.spark.sql.Column;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Encoders;
@@ -323,17 +322,14 @@ public final class InsertAbsent {
   /** The cache's capacity in hashes: {@value #CACHE_BYTES} of the session, or an eighth of the
    * driver's heap. */
   private static long cacheCapacity(SparkSession spark) {
-    String bytes = spark.conf().get(CACHE_BYTES, null);
-    return (bytes == null ? Runtime.getRuntime().maxMemory() / 8
-        : JavaUtils.byteStringAsBytes(bytes)) / Long.BYTES;
+    return LiveFiles.bytesSetting(spark, CACHE_BYTES, 8) / Long.BYTES;
   }
 
-  /** A file's name in the cache: its path, its deletion vector, which only ever removes rows
-   * but which a restore can take away again, and the key's hash expression (a table may be looked
-   * up by more than one key). */
+  /** A file's name in the cache: its name in the table's state ({@link LiveFiles#name}: its path
+   * and its deletion vector, which only ever removes rows but which a restore can take away
+   * again), and the key's hash expression (a table may be looked up by more than one key). */
   private static String entry(DeltaLog log, AddFile f, String keyHash) {
-    return f.absolutePath(log).toUri() + "#"
-        + (f.deletionVector() == null ? "" : f.deletionVector().uniqueId()) + "#" + keyHash;
+    return LiveFiles.name(log, f) + "#" + keyHash;
   }
 
   /** The sorted key hashes ({@code hash}) of each of {@code files}, read in one job. */

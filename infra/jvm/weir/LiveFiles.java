@@ -125,9 +125,7 @@ final class LiveFiles {
    * else listed by Delta; kept for the next write when the lists fit their bound. Null for a table
    * too large to list in the driver: Delta then skips its files where they are read, as before. */
   private static Listed listed(DeltaLog log, Snapshot snapshot) {
-    String bound = SparkSession.active().conf().get(MAX_BYTES, null);
-    long capacity = bound == null ? Runtime.getRuntime().maxMemory() / 32
-        : JavaUtils.byteStringAsBytes(bound);
+    long capacity = bytesSetting(SparkSession.active(), MAX_BYTES, 32);
     String table = log.dataPath().toUri().toString();
     String id = snapshot.metadata().id();
     long version = snapshot.version();
@@ -210,8 +208,16 @@ final class LiveFiles {
     return expected == version + 1 ? new Listed(kept.tableId(), version, files, bytes) : null;
   }
 
+  /** A session's setting of a size in bytes (Spark's syntax, such as {@code 64m}); unset, the
+   * driver's heap divided by {@code heapDivisor}. */
+  static long bytesSetting(SparkSession spark, String key, long heapDivisor) {
+    String bytes = spark.conf().get(key, null);
+    return bytes == null ? Runtime.getRuntime().maxMemory() / heapDivisor
+        : JavaUtils.byteStringAsBytes(bytes);
+  }
+
   /** A file's name in a table's state: its path and its deletion vector. */
-  private static String name(DeltaLog log, FileAction f) {
+  static String name(DeltaLog log, FileAction f) {
     return f.absolutePath(log).toUri() + "#"
         + (f.deletionVector() == null ? "" : f.deletionVector().uniqueId());
   }
