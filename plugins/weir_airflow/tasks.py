@@ -140,8 +140,8 @@ def submitted_compat_check(*, conn_id: str = "spark_default") -> CompatCheck:
 
 
 def maintain(pipeline: str, actor: str = "airflow") -> None:
-    """OPTIMIZE and VACUUM (safe retention) of silver and gold through Spark; event-logged by
-    `weir maintain` itself."""
+    """Compaction and VACUUM (safe retention) of every table the pipeline writes, through Spark;
+    event-logged by `weir maintain` itself."""
     submit_cli(pipeline, ["maintain", pipeline, "--retain-hours", str(SAFE_RETENTION_HOURS),
                           "--actor", actor])
 

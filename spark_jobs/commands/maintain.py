@@ -1,6 +1,7 @@
-"""`weir maintain P [--retain-hours H]`: OPTIMIZE (compact small files) and VACUUM the pipeline's
-silver and gold tables. VACUUM never goes below Delta's safe retention (7 days by default), so
-readers and streams still reading older files are not broken."""
+"""`weir maintain P [--retain-hours H]`: compact the small files of every table the pipeline writes
+(bronze, quarantine, silver, gold, sessions), each sorted by the columns its readers skip files by,
+and VACUUM them. VACUUM never goes below Delta's safe retention (7 days by default), so readers and
+streams still reading older files are not broken."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from spark_jobs.session import build_session
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("maintain", help="OPTIMIZE and VACUUM a pipeline's silver and gold",
+    p = subparsers.add_parser("maintain", help="compact and VACUUM every table a pipeline writes",
                               description=__doc__)
     p.add_argument("pipeline", type=pipeline_arg)
     p.add_argument("--retain-hours", type=int, default=SAFE_RETENTION_HOURS,
@@ -42,6 +43,7 @@ def handle(args: argparse.Namespace) -> int:
         raise
     eventlog.record(pipeline.name, "maintenance", "ok", actor=args.actor, details=result, home=home)
     print(json.dumps(result) if args.json else
-          "; ".join(f"{layer}: {r['files_removed']} files compacted into {r['files_added']}, "
-                    f"vacuumed (retention {r['retain_hours']} h)" for layer, r in result.items()))
+          "; ".join(f"{layer}: {r['files_removed']} files compacted into {r['files_added']} sorted by "
+                    f"{', '.join(r['sorted_by'])}, vacuumed (retention {r['retain_hours']} h)"
+                    for layer, r in result.items()))
     return 0

@@ -1,17 +1,27 @@
-"""Table maintenance of a pipeline: OPTIMIZE (bin-packing small files written by micro-batches)
-and VACUUM with a safe retention, for silver and gold. Both commit like any writer, so they may
-run beside the stream (conflicts are retried by the shared writer's policy)."""
+"""Table maintenance of a pipeline: compaction of the small files micro-batches write, and VACUUM
+with a safe retention, for every table the pipeline writes (bronze, quarantine, silver, gold and
+its session table). Both commit like any writer, so they may run beside the stream: a compaction
+conflicts only with a commit that removed one of the files it rewrote, and is then retried.
+
+Each table is compacted sorted by the columns its readers skip files by (`COMPACTION_ORDER`): a
+stream batch looks its lines up in bronze and quarantine by (source, position), a back-fill reads
+the bronze files whose `event_date_hint` can hold its dates, and silver, gold and the session
+table are read and merged by key. Delta's own OPTIMIZE packs files in order of size, which leaves
+each compacted file's statistics spanning everything it replaced (`infra/jvm/weir/Compact.java`)."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables
-from spark_jobs.tables import retry_conflicts
+from spark_jobs.tables import delta_version, retry_conflicts
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pyspark.sql import SparkSession
 
     from spark_jobs.catalog import Pipeline
@@ -20,24 +30,64 @@ log = logging.getLogger(__name__)
 # VACUUM never deletes files younger than this: Delta's safe default (7 days), so readers and
 # streams still reading older table versions are not broken.
 SAFE_RETENTION_HOURS = 168
+# A compacted file's size; files under a quarter of it are small, and compacted again with others
+# (a partition's remainder is one such file, which stays until another small file joins it).
+TARGET_FILE_BYTES = 128 << 20
+
+
+def compaction_order(pipeline: Pipeline) -> dict[str, tuple[str, ...]]:
+    """Key (as in `PipelineTables.outputs`) → the columns that table's files are sorted by."""
+    from spark_jobs import sessions, transforms  # Spark's: not in the Airflow process's imports
+
+    line = transforms.BRONZE_KEY
+    order = {"bronze": (transforms.EVENT_DATE_HINT, *line), "quarantine": line,
+             "silver": (pipeline.key,), "gold": transforms.gold_key(pipeline)}
+    if pipeline.sessions is not None:
+        order["sessions"] = sessions.table_key(pipeline)
+    return order
+
+
+@dataclass(frozen=True)
+class Compacted:
+    files_removed: int
+    files_added: int
+    partitions: int
+    rows: int
+
+
+def compact(spark: SparkSession, path: Path, order: tuple[str, ...], *,
+            target_bytes: int = TARGET_FILE_BYTES, small_bytes: int | None = None) -> Compacted:
+    """Compact the table at `path`: in each partition, its small files (under `small_bytes`, a
+    quarter of `target_bytes` by default) and files with deletion vectors are rewritten sorted by
+    `order` into files of about `target_bytes`, in one OPTIMIZE commit whose files change no data."""
+    gateway = spark.sparkContext._gateway  # type: ignore[attr-defined]
+    columns = gateway.new_array(gateway.jvm.java.lang.String, len(order))
+    for i, column in enumerate(order):
+        columns[i] = column
+
+    def run() -> Compacted:
+        removed, added, partitions, rows = gateway.jvm.weir.Compact.compact(
+            spark._jsparkSession, str(path), columns, target_bytes,  # type: ignore[attr-defined]
+            target_bytes // 4 if small_bytes is None else small_bytes)
+        return Compacted(int(removed), int(added), int(partitions), int(rows))
+
+    return retry_conflicts(run, what=f"compact {path}")
 
 
 def maintain(spark: SparkSession, pipeline: Pipeline, home: WeirHome, *,
-             retain_hours: int = SAFE_RETENTION_HOURS) -> dict[str, dict[str, Any]]:
+             retain_hours: int = SAFE_RETENTION_HOURS,
+             target_bytes: int = TARGET_FILE_BYTES) -> dict[str, dict[str, Any]]:
     from delta.tables import DeltaTable
 
-
-    tables = PipelineTables.of(home, pipeline)
+    tables = PipelineTables.of(home, pipeline).outputs()
     result: dict[str, dict[str, Any]] = {}
-    for layer, path in (("silver", tables.silver), ("gold", tables.gold)):
-        if not DeltaTable.isDeltaTable(spark, str(path)):
+    for layer, order in compaction_order(pipeline).items():
+        path = tables[layer]
+        if delta_version(path) is None:
             continue
-        table = DeltaTable.forPath(spark, str(path))
-        metrics = retry_conflicts(lambda t=table: t.optimize().executeCompaction().collect(),
-                                  what=f"{pipeline.name} {layer} OPTIMIZE")
-        row = metrics[0].asDict(recursive=True)["metrics"] if metrics else {}
-        table.vacuum(float(retain_hours))
-        result[layer] = {"files_added": row.get("numFilesAdded", 0),
-                         "files_removed": row.get("numFilesRemoved", 0), "retain_hours": retain_hours}
+        done = compact(spark, path, order, target_bytes=target_bytes)
+        DeltaTable.forPath(spark, str(path)).vacuum(float(retain_hours))
+        result[layer] = {"files_added": done.files_added, "files_removed": done.files_removed,
+                         "sorted_by": list(order), "retain_hours": retain_hours}
         log.info("%s %s maintained: %s", pipeline.name, layer, result[layer])
     return result

@@ -1,7 +1,7 @@
 """The batch DAGs of a pipeline run end to end with Airflow's own `DAG.test()` (a real metadata DB,
 real task runs, XCom) on real data: `P_checkpoint` inspects, validates and backs up,
 `P_checkpoint_backup` backs up and prunes, `P_restart` restores a backup when confirmed through
-its Param, `P_maintenance` compacts silver and gold keeping their data, `P_dq` stores its results
+its Param, `P_maintenance` compacts every table keeping its data, `P_dq` stores its results
 and fails (with an alert) when silver lost rows, `P_backfill` emits an asset event per table it
 replaced with its dates, and the analyst DAG on gold summarises gold's newest windows. The DQ and
 checkpoint tasks start no JVM in the Airflow process: their Spark work is a submitted `weir` job."""
@@ -166,29 +166,41 @@ def test_checkpoint_dags_inspect_validate_and_back_up(fed: Fed) -> None:
     assert (requested["reason"], requested["details"]["mode"]) == ("INC-7: bad offsets", "restore_backup")
 
 
-def test_maintenance_dag_compacts_silver_and_gold_keeping_their_data(fed: Fed, spark) -> None:
+def test_maintenance_dag_compacts_every_table_keeping_its_data(fed: Fed, spark) -> None:
     from pyspark.testing import assertDataFrameEqual
 
-    tables = fed.tables
+    outputs = {layer: path for layer, path in fed.tables.outputs().items()
+               if table(spark, path).limit(1).count()}
+    assert {"bronze", "silver", "gold", "sessions"} <= set(outputs), outputs
     before = {layer: (file_count(spark, path), table(spark, path).collect())
-              for layer, path in (("silver", tables.silver), ("gold", tables.gold))}
-    partitions = table(spark, tables.silver).select("event_date").distinct().count()
-    assert before["silver"][0] > partitions, "silver should start with several files per partition"
+              for layer, path in outputs.items()}
+    partitions = {layer: len(partition_values(spark, path)) for layer, path in outputs.items()}
+    assert before["bronze"][0] > partitions["bronze"] and before["silver"][0] > partitions["silver"], \
+        "bronze and silver should start with several files per partition"
 
     run = run_dag(f"{P}_maintenance")
     assert run.state == "success", task_states(run)
 
-    after = {"silver": file_count(spark, tables.silver), "gold": file_count(spark, tables.gold)}
-    for layer, path in (("silver", tables.silver), ("gold", tables.gold)):
+    after = {layer: file_count(spark, path) for layer, path in outputs.items()}
+    for layer, path in outputs.items():
         files_before, rows_before = before[layer]
-        assert after[layer] <= min(files_before, partitions), f"{layer} was not compacted: {after}"
+        assert after[layer] <= min(files_before, partitions[layer]), f"{layer} was not compacted: {after}"
         assertDataFrameEqual(table(spark, path), rows_before, checkRowOrder=False)
-    assert_exactly_once(table(spark, tables.silver), ["event_id"], fed.event_ids, "silver")
+    assert_exactly_once(table(spark, fed.tables.silver), ["event_id"], fed.event_ids, "silver")
     [logged] = events(fed.home, "maintenance")
     assert logged["outcome"] == "ok" and logged["actor"] == "dag_test", logged
-    silver = logged["details"]["silver"]
-    assert silver["files_removed"] - silver["files_added"] == before["silver"][0] - after["silver"], logged
-    assert logged["details"]["silver"]["retain_hours"] >= 168 and "gold" in logged["details"]
+    for layer in outputs:
+        done = logged["details"][layer]
+        assert done["files_removed"] - done["files_added"] == before[layer][0] - after[layer], logged
+        assert done["retain_hours"] >= 168, logged
+    assert logged["details"]["bronze"]["sorted_by"] == ["event_date_hint", "source", "position"], logged
+
+
+def partition_values(spark, path: Path) -> set[str]:
+    from delta.tables import DeltaTable
+
+    [column] = DeltaTable.forPath(spark, str(path)).detail().first()["partitionColumns"]
+    return {row[0] for row in table(spark, path).select(column).distinct().collect()}
 
 
 def dq_rows(home: WeirHome, run_id: str) -> list[dict[str, Any]]:

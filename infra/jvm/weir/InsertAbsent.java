@@ -134,7 +134,7 @@ public final class InsertAbsent {
    * Delta loads a snapshot's checkpoint only under one: the first load of a snapshot that another
    * writer checkpointed failed there.
    */
-  private static <T> T underActive(SparkSession spark, Supplier<T> body) {
+  static <T> T underActive(SparkSession spark, Supplier<T> body) {
     Option<SparkSession> before = SparkSession.getActiveSession();
     SparkSession.setActiveSession(spark);
     try {
@@ -434,7 +434,7 @@ public final class InsertAbsent {
     }
   }
 
-  private static String quoted(String name) {
+  static String quoted(String name) {
     return "`" + name.replace("`", "``") + "`";
   }
 }
