@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from spark_jobs import stream, transforms
 from spark_jobs.backfill import backfill
 from spark_jobs.catalog import Pipeline
+from spark_jobs.control.maintenance import Compacted, compact, compaction_order
 from spark_jobs.generator import generate
 from spark_jobs.layers import PipelineTables, ensure_tables, read_dimension
 from spark_jobs.quality import rules as row_rules
@@ -150,15 +151,18 @@ def test_backfill_after_a_rule_change_moves_lines_between_silver_and_quarantine(
     assert reasons.count() == 0
 
 
-def test_backfills_while_files_arrive_lose_and_double_nothing(spark, home, tmp_path):
-    """Randomized: several back-fills, each beside a stream batch that commits at a random
-    point of it (the batch runs on its own thread, started after a random delay)."""
+def test_backfills_and_compactions_while_files_arrive_lose_and_double_nothing(spark, home, tmp_path):
+    """Randomized: several back-fills, each beside a stream batch that commits at a random point
+    of it and a compaction of every table that starts at another (each on its own thread, started
+    after a random delay): the batch and the back-fill retry what the compaction removed from
+    under them, the compaction what they did."""
     pipeline = playback(files_per_trigger=2)
     tables = ensure_tables(spark, home, pipeline)
     written = generate(tmp_path / "first", files=2, sessions_per_file=4, seed=71)
     ingest(spark, pipeline, tables, written.files, dt.datetime(2026, 11, 19, 20, 30, tzinfo=dt.UTC), 0)
     backfill(spark, pipeline, DAY, DAY, home=home)
     rng = random.Random(71)
+    compactions: list[Compacted] = []
     for wave in range(3):
         extra = generate(tmp_path / f"wave{wave}", files=1, sessions_per_file=4, seed=72 + wave,
                          prefix=f"w{wave}", start=dt.datetime(2026, 11, 19, 20, rng.randrange(0, 50),
@@ -172,11 +176,19 @@ def test_backfills_while_files_arrive_lose_and_double_nothing(spark, home, tmp_p
             ingest(spark, pipeline, tables, files, dt.datetime(2026, 11, 19, 22, wave, tzinfo=dt.UTC),
                    1 + wave)
 
+        def compact_all(delay: float = rng.uniform(0.0, 6.0)) -> None:
+            threading.Event().wait(delay)
+            outputs = tables.outputs()
+            for layer, order in compaction_order(pipeline).items():
+                compactions.append(compact(spark, outputs[layer], order))
+
         damage(spark, tables)
-        ingester = run_in_thread(arrive, failures)
+        ingester, compactor = run_in_thread(arrive, failures), run_in_thread(compact_all, failures)
         backfill(spark, pipeline, DAY, DAY, home=home)
         ingester.join(HOLD_S)
+        compactor.join(HOLD_S)
         assert not failures, failures
+    assert sum(c.files_removed for c in compactions) > 0, compactions
     silver = table(spark, tables.silver)
     assert_exactly_once(silver, (pipeline.key,), written.event_ids, "silver")
     want_silver, want_quarantine = derived_from_bronze(spark, pipeline, tables)
