@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 import spark_jobs.backfill
+from bench.compaction import scanned
 from spark_jobs import transforms
 from spark_jobs.backfill import backfill, bronze_lines, latest_version
 from spark_jobs.control import eventlog
@@ -50,25 +51,6 @@ def bronze_of_days(spark: SparkSession) -> tuple[DataFrame, set[str]]:
                  for i, line in enumerate(lines)]
     bronze = spark.createDataFrame(rows, transforms.BRONZE_SCHEMA)
     return transforms.bronze_rows(transforms.parse(bronze, playback()), playback()), late_day_ids
-
-
-def scanned(df: DataFrame) -> tuple[int, int]:
-    """(files, rows) the scans of `df` read, from the executed plan's metrics."""
-    df.collect()
-    plan = df._jdf.queryExecution().executedPlan()
-    if plan.nodeName() == "AdaptiveSparkPlan":
-        plan = plan.executedPlan()
-    files = rows = 0
-    stack = [plan]
-    while stack:
-        node = stack.pop()
-        metrics = node.metrics()
-        if "Scan" in node.nodeName() and metrics.contains("numFiles"):
-            files += int(metrics.apply("numFiles").value())
-            rows += int(metrics.apply("numOutputRows").value())
-        children = node.children()
-        stack += [children.apply(i) for i in range(children.size())]
-    return files, rows
 
 
 def test_backfill_of_one_date_reads_only_the_bronze_files_of_that_date(spark, home, monkeypatch):

@@ -14,6 +14,7 @@ import json
 import random
 from pathlib import Path
 
+from bench.compaction import scanned
 from spark_jobs import transforms
 from spark_jobs.backfill import bronze_lines, latest_version
 from spark_jobs.control.maintenance import compact, compaction_order
@@ -21,7 +22,6 @@ from spark_jobs.layers import ensure_tables
 from spark_jobs.tables import delta_identifier, delta_log, insert_absent
 from tests.helpers import assert_exactly_once, table
 from tests.integration.pipelines import playback
-from tests.integration.test_backfill_reads import scanned
 
 
 def test_a_vacuum_lists_a_table_in_a_handful_of_tasks_not_ten_thousand(spark, tmp_path: Path) -> None:
@@ -110,10 +110,11 @@ def test_compaction_sorts_a_tables_small_files_by_what_its_reads_skip_files_by(s
     # a deletion vector in a file of the first day; a large file in the second, kept as it is
     spark.sql(f"DELETE FROM {delta_identifier(tables.bronze)} WHERE position = 3")
     rng = random.Random(8)
+    payloads = ["".join(rng.choices("0123456789abcdef", k=300)) for _ in range(4 * LINES)]
     large = transforms.bronze_rows(transforms.parse(spark.createDataFrame(
-        [(line(f"big-{i}", DAY, "".join(rng.choices("0123456789abcdef", k=300))), SOURCES[0], 5000 + i, None, None, None, None,
+        [(line(f"big-{i}", DAY, payload), SOURCES[0], 5000 + i, None, None, None, None,
           dt.datetime(2026, 11, 21, 10, tzinfo=dt.UTC), DAY + dt.timedelta(days=1), None)
-         for i in range(4 * LINES)], transforms.BRONZE_SCHEMA), pipeline), pipeline)
+         for i, payload in enumerate(payloads)], transforms.BRONZE_SCHEMA), pipeline), pipeline)
     insert_absent(large.coalesce(1), tables.bronze, transforms.BRONZE_KEY)
     kept = {f["path"] for f in live_files(tables.bronze) if f["num_records"] == 4 * LINES}
     before = table(spark, tables.bronze).collect()
