@@ -59,7 +59,8 @@ def compact(spark: SparkSession, path: Path, order: tuple[str, ...], *,
             target_bytes: int = TARGET_FILE_BYTES, small_bytes: int | None = None) -> Compacted:
     """Compact the table at `path`: in each partition, its small files (under `small_bytes`, a
     quarter of `target_bytes` by default) and files with deletion vectors are rewritten sorted by
-    `order` into files of about `target_bytes`, in one OPTIMIZE commit whose files change no data."""
+    `order` into files of about `target_bytes`, in an OPTIMIZE commit per partition whose files
+    change no data."""
     gateway = spark.sparkContext._gateway  # type: ignore[attr-defined]
     columns = gateway.new_array(gateway.jvm.java.lang.String, len(order))
     for i, column in enumerate(order):

@@ -148,9 +148,11 @@ def test_compaction_sorts_a_tables_small_files_by_what_its_reads_skip_files_by(s
     assert sum(1 for f in files if f["min.event_date_hint"] <= late <= f["max.event_date_hint"]) == 1
     assert scanned(bronze_lines(spark, tables.bronze, latest_version(tables.bronze), late, late))[0] == 1
 
-    committed = [json.loads(action) for action in (tables.bronze / "_delta_log" /
-                 f"{latest_version(tables.bronze):020d}.json").read_text().splitlines()]
-    assert next(a["commitInfo"]["operation"] for a in committed if "commitInfo" in a) == "OPTIMIZE"
+    compacted_at = range(version + 1, latest_version(tables.bronze) + 1)
+    assert len(compacted_at) == done.partitions, compacted_at    # one commit a partition
+    committed = [json.loads(action) for v in compacted_at
+                 for action in (tables.bronze / "_delta_log" / f"{v:020d}.json").read_text().splitlines()]
+    assert {a["commitInfo"]["operation"] for a in committed if "commitInfo" in a} == {"OPTIMIZE"}
     changes = [a.get("add") or a.get("remove") for a in committed if "add" in a or "remove" in a]
     assert len(changes) == done.files_added + done.files_removed
     assert not any(change["dataChange"] for change in changes)

@@ -51,7 +51,8 @@ public final class Compact {
    * Compact the table at {@code path}. In each partition, the files smaller than {@code
    * smallBytes} or carrying a deletion vector are rewritten, when there are two or more of them or
    * one with a deletion vector, sorted by {@code order} into files of about {@code targetBytes}
-   * (one per {@code targetBytes} of their size, at least one). One commit for the whole table.
+   * (one per {@code targetBytes} of their size, at least one). One commit per partition, so a
+   * conflict (retried by the caller) costs one partition's work.
    * Returns {files removed, files added, partitions rewritten, rows rewritten}.
    */
   public static long[] compact(SparkSession spark, String path, String[] order, long targetBytes,
@@ -63,61 +64,68 @@ public final class Compact {
   private static long[] compactActive(SparkSession spark, String path, String[] order,
       long targetBytes, long smallBytes) {
     DeltaLog log = DeltaLog.forTable(spark, path);
-    OptimisticTransaction txn = log.startTransaction();
-    Snapshot snapshot = txn.snapshot();
+    Snapshot snapshot = log.startTransaction().snapshot();   // for its snapshot: never committed
     Map<scala.collection.immutable.Map<String, String>, List<AddFile>> byPartition =
         new LinkedHashMap<>();
-    for (AddFile file : snapshot.allFiles().collectAsList()) {
-      if (file.size() < smallBytes || file.deletionVector() != null) {
-        byPartition.computeIfAbsent(file.partitionValues(), p -> new ArrayList<>()).add(file);
-      }
+    Column candidate = functions.col("size").lt(smallBytes)
+        .or(functions.col("deletionVector").isNotNull());
+    for (AddFile file : snapshot.allFiles().filter(candidate).collectAsList()) {
+      byPartition.computeIfAbsent(file.partitionValues(), p -> new ArrayList<>()).add(file);
     }
     Column[] sort = Arrays.stream(order).map(c -> functions.col(InsertAbsent.quoted(c)))
         .toArray(Column[]::new);
-    Seq<Constraint> noConstraints = CollectionConverters.asScala(List.<Constraint>of()).toList();
-    long now = System.currentTimeMillis();
-    List<Action> actions = new ArrayList<>();
-    List<AddFile> rewritten = new ArrayList<>();
-    long added = 0;
-    long partitions = 0;
-    long rows = 0;
+    long[] done = {0, 0, 0, 0};
     for (List<AddFile> files : byPartition.values()) {
-      if (files.size() < 2 && files.get(0).deletionVector() == null) {
-        continue;
+      if (files.size() > 1 || files.get(0).deletionVector() != null) {
+        long[] partition = rewrite(log, snapshot, files, sort, targetBytes);
+        for (int i = 0; i < done.length; i++) {
+          done[i] += partition[i];
+        }
       }
-      long bytes = files.stream().mapToLong(AddFile::size).sum();
-      int parts = (int) Math.max(1, (bytes + targetBytes - 1) / targetBytes);
-      Dataset<Row> read = RowTracking.preserveRowTrackingColumns(
-          log.createDataFrame(snapshot, CollectionConverters.asScala(files).toList(), false,
-              Option.apply("Optimize")), snapshot);
-      Dataset<Row> sorted = (parts == 1 ? read.coalesce(1) : read.repartitionByRange(parts, sort))
-          .sortWithinPartitions(sort);
-      for (FileAction action : CollectionConverters.asJava(
-          txn.writeFiles(sorted, Option.empty(), true, noConstraints))) {
-        AddFile add = (AddFile) action;
-        actions.add(add.copy(add.path(), add.partitionValues(), add.size(),
-            add.modificationTime(), false, add.stats(), add.tags(), add.deletionVector(),
-            add.baseRowId(), add.defaultRowCommitVersion(), add.clusteringProvider(),
-            add.backReference(), add.amtPassthrough()));
-        added++;
-        rows += add.numLogicalRecords().isDefined() ? (Long) add.numLogicalRecords().get() : 0;
-      }
-      for (AddFile file : files) {
-        actions.add(file.removeWithTimestamp(now, false));
-      }
-      rewritten.addAll(files);
-      partitions++;
     }
-    if (rewritten.isEmpty()) {
-      return new long[] {0, 0, 0, 0};
+    return done;
+  }
+
+  /**
+   * Rewrite {@code files} (of one partition) sorted by {@code sort}, in a commit of its own on
+   * {@code snapshot}, the one they were chosen from: a commit since that removed one of them
+   * conflicts, and the partitions committed before stay compacted.
+   */
+  private static long[] rewrite(DeltaLog log, Snapshot snapshot, List<AddFile> files,
+      Column[] sort, long targetBytes) {
+    OptimisticTransaction txn = log.startTransaction(Option.empty(), Option.apply(snapshot));
+    long bytes = files.stream().mapToLong(AddFile::size).sum();
+    int parts = (int) Math.max(1, (bytes + targetBytes - 1) / targetBytes);
+    Dataset<Row> read = RowTracking.preserveRowTrackingColumns(
+        log.createDataFrame(snapshot, CollectionConverters.asScala(files).toList(), false,
+            Option.apply("Optimize")), snapshot);
+    Dataset<Row> sorted = (parts == 1 ? read.coalesce(1) : read.repartitionByRange(parts, sort))
+        .sortWithinPartitions(sort);
+    Seq<Constraint> noConstraints = CollectionConverters.asScala(List.<Constraint>of()).toList();
+    List<Action> actions = new ArrayList<>();
+    long added = 0;
+    long rows = 0;
+    for (FileAction action : CollectionConverters.asJava(
+        txn.writeFiles(sorted, Option.empty(), true, noConstraints))) {
+      AddFile add = (AddFile) action;
+      actions.add(add.copy(add.path(), add.partitionValues(), add.size(),
+          add.modificationTime(), false, add.stats(), add.tags(), add.deletionVector(),
+          add.baseRowId(), add.defaultRowCommitVersion(), add.clusteringProvider(),
+          add.backReference(), add.amtPassthrough()));
+      added++;
+      rows += add.numLogicalRecords().isDefined() ? (Long) add.numLogicalRecords().get() : 0;
     }
-    txn.trackFilesRead(CollectionConverters.asScala(rewritten).toList());
+    long now = System.currentTimeMillis();
+    for (AddFile file : files) {
+      actions.add(file.removeWithTimestamp(now, false));
+    }
+    txn.trackFilesRead(CollectionConverters.asScala(files).toList());
     Seq<Expression> none = CollectionConverters.asScala(List.<Expression>of()).toList();
     Seq<String> noColumns = CollectionConverters.asScala(List.<String>of()).toList();
     txn.commit(CollectionConverters.asScala(actions).toList(),
         new DeltaOperations.Optimize(none, noColumns, false, Option.empty(), false),
         RowTracking$.MODULE$.addPreservedRowTrackingTagIfNotSet(snapshot,
             scala.collection.immutable.Map$.MODULE$.<String, String>empty()));
-    return new long[] {rewritten.size(), added, partitions, rows};
+    return new long[] {files.size(), added, 1, rows};
   }
 }
