@@ -364,7 +364,7 @@ def insert_absent(df: DataFrame, path: Path, key: Sequence[str], *, keys: DataFr
     key may stand under any)."""
     spark = df.sparkSession
     gateway = spark.sparkContext._gateway  # type: ignore[attr-defined]
-    names = _java_strings(gateway, key)
+    names = java_strings(gateway, key)
 
     def insert() -> Inserted:
         version = fencing.next_version() if fencing is not None else -1
@@ -382,7 +382,7 @@ def insert_absent(df: DataFrame, path: Path, key: Sequence[str], *, keys: DataFr
     return retry_conflicts(insert, what=f"insert into {path}")
 
 
-def _java_strings(gateway: Any, values: Sequence[str]) -> Any:
+def java_strings(gateway: Any, values: Sequence[str]) -> Any:
     """`values` as a Java String[] (py4j)."""
     array = gateway.new_array(gateway.jvm.java.lang.String, len(values))
     for i, value in enumerate(values):
@@ -415,7 +415,7 @@ def holding(df: DataFrame, path: Path, key: Sequence[str], partition: str, *,
 
     spark = df.sparkSession
     gateway = spark.sparkContext._gateway  # type: ignore[attr-defined]
-    names = _java_strings(gateway, key)
+    names = java_strings(gateway, key)
     held = gateway.jvm.weir.InsertAbsent.held(
         spark._jsparkSession, str(path), df.select(*key).distinct()._jdf,  # type: ignore[attr-defined]
         names, key_hash)

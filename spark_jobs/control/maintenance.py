@@ -3,7 +3,7 @@ with a safe retention, for every table the pipeline writes (bronze, quarantine, 
 its session table). Both commit like any writer, so they may run beside the stream: a compaction
 conflicts only with a commit that removed one of the files it rewrote, and is then retried.
 
-Each table is compacted sorted by the columns its readers skip files by (`COMPACTION_ORDER`): a
+Each table is compacted sorted by the columns its readers skip files by (`compaction_order`): a
 stream batch looks its lines up in bronze and quarantine by (source, position), a back-fill reads
 the bronze files whose `event_date_hint` can hold its dates, and silver, gold and the session
 table are read and merged by key. Delta's own OPTIMIZE packs files in order of size, which leaves
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables
-from spark_jobs.tables import delta_version, retry_conflicts
+from spark_jobs.tables import delta_version, java_strings, retry_conflicts
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -49,6 +49,9 @@ def compaction_order(pipeline: Pipeline) -> dict[str, tuple[str, ...]]:
 
 @dataclass(frozen=True)
 class Compacted:
+    """What `compact` did to a table: its files removed and added, in how many partitions (one
+    commit each), and the rows the new files hold."""
+
     files_removed: int
     files_added: int
     partitions: int
@@ -62,9 +65,7 @@ def compact(spark: SparkSession, path: Path, order: tuple[str, ...], *,
     `order` into files of about `target_bytes`, in an OPTIMIZE commit per partition whose files
     change no data."""
     gateway = spark.sparkContext._gateway  # type: ignore[attr-defined]
-    columns = gateway.new_array(gateway.jvm.java.lang.String, len(order))
-    for i, column in enumerate(order):
-        columns[i] = column
+    columns = java_strings(gateway, order)
 
     def run() -> Compacted:
         removed, added, partitions, rows = gateway.jvm.weir.Compact.compact(
@@ -76,8 +77,7 @@ def compact(spark: SparkSession, path: Path, order: tuple[str, ...], *,
 
 
 def maintain(spark: SparkSession, pipeline: Pipeline, home: WeirHome, *,
-             retain_hours: int = SAFE_RETENTION_HOURS,
-             target_bytes: int = TARGET_FILE_BYTES) -> dict[str, dict[str, Any]]:
+             retain_hours: int = SAFE_RETENTION_HOURS) -> dict[str, dict[str, Any]]:
     from delta.tables import DeltaTable
 
     tables = PipelineTables.of(home, pipeline).outputs()
@@ -86,7 +86,7 @@ def maintain(spark: SparkSession, pipeline: Pipeline, home: WeirHome, *,
         path = tables[layer]
         if delta_version(path) is None:
             continue
-        done = compact(spark, path, order, target_bytes=target_bytes)
+        done = compact(spark, path, order)
         DeltaTable.forPath(spark, str(path)).vacuum(float(retain_hours))
         result[layer] = {"files_added": done.files_added, "files_removed": done.files_removed,
                          "sorted_by": list(order), "retain_hours": retain_hours}

@@ -32,10 +32,10 @@ import scala.jdk.javaapi.CollectionConverters;
  * holds the rows of every file it replaced in no order and its min/max statistics span them all.
  * Weir's reads skip files by those statistics: a stream batch looks its lines up in bronze and
  * quarantine by ranges of (source, position), and a back-fill reads the bronze files whose
- * {@code event_date_hint} can hold its dates. Bin-packed, a day of bronze is one file that every
- * such read opens. Here a partition's small files are rewritten sorted by the columns given and
- * range-partitioned on them into files of about the target size: each file covers a narrow range
- * of them, apart from its neighbours'.
+ * {@code event_date_hint} can hold its dates. Bin-packed, each file of a day of bronze spans the
+ * day's sources and dates, and every such read opens them all. Here a partition's small files are
+ * rewritten sorted by the columns given and range-partitioned on them into files of about the
+ * target size: each file covers a narrow range of them, apart from its neighbours'.
  *
  * <p>Otherwise as OPTIMIZE does it: the rows are read through the snapshot (deletion vectors
  * applied), the new files and the removal of the old carry {@code dataChange=false} (a stream
