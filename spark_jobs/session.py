@@ -76,6 +76,9 @@ BASE_CONF = {
     # home of a few files with nothing to delete; 27 s with 8 tasks (two waves of the 4 shuffle
     # partitions above). A SQL setting: a session may set it per job.
     "spark.sql.sources.parallelPartitionDiscovery.parallelism": "8",
+    # Local tables and checkpoints (`file:`): a Delta commit's put-if-absent rename that stays
+    # atomic across JVMs, and starts no `readlink` process (infra/jvm/weir/LocalFs.java).
+    "spark.hadoop.fs.AbstractFileSystem.file.impl": "weir.LocalFs",
 }
 LOG_CONFIGURATION = REPO_ROOT / "infra" / "spark" / "log4j2.properties"
 
