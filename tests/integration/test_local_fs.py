@@ -163,3 +163,17 @@ def test_writing_and_renaming_files_starts_no_process(spark, tmp_path: Path) -> 
     started = forks() - before
     assert started < 10, f"{started} processes started by 10 commits' files"
     assert len(list((tmp_path / "_delta_log").glob("*.json"))) == 10
+
+
+def test_delta_commits_start_no_process(spark, tmp_path: Path) -> None:
+    """Delta's own log writes take the same path: a commit puts two files in the table's log (its
+    JSON and its checksum), each renamed into place. Eight commits that change only a property
+    (no data file, no checkpoint) started 320 processes with Hadoop's file system, 40 a commit."""
+    path = tmp_path / "table"
+    spark.range(0).write.format("delta").save(str(path))
+    before = forks()
+    for version in range(1, 9):
+        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('weir.test.version' = '{version}')")
+    started = forks() - before
+    assert sorted(p.name for p in (path / "_delta_log").glob("*.json"))[-1] == f"{8:020}.json"
+    assert started < 10, f"{started} processes started by 8 Delta commits"
