@@ -39,6 +39,16 @@ def rename(spark, src: Path, dst: Path, option: str = "NONE") -> None:
                                rename_options(spark, option))
 
 
+def create(spark, path: Path, data: bytes) -> None:
+    """A file written through `FileContext`, as Delta writes a version's temporary file."""
+    jvm = spark._jvm
+    stream = file_context(spark).create(hadoop_path(spark, path), jvm.java.util.EnumSet.of(
+        jvm.org.apache.hadoop.fs.CreateFlag.CREATE), spark._sc._gateway.new_array(
+        jvm.org.apache.hadoop.fs.Options.CreateOpts, 0))
+    stream.write(bytearray(data))
+    stream.close()
+
+
 def java_exception(err: Py4JJavaError) -> str:
     return str(err.java_exception.getClass().getName())
 
@@ -89,20 +99,15 @@ def test_of_writers_racing_to_rename_onto_one_name_exactly_one_wins(spark, tmp_p
             won, refused = race(spark, pool, folder, target)
             holds = target.read_text()
             assert len(won) == 1, f"round {round_}: writers {won} won; {target.name} holds {holds!r}"
-            assert target.read_text() == f"writer {won[0]}"
+            assert holds == f"writer {won[0]}"
             # a loser keeps its temporary file: the rename left it as it was
             assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".tmp-")) == sorted(
                 f".tmp-{writer}" for writer in refused)
 
 
 def test_a_rename_answers_as_hadoops_does(spark, tmp_path: Path) -> None:
-    fc = file_context(spark)
     created = tmp_path / "created"
-    stream = fc.create(hadoop_path(spark, created), spark._jvm.java.util.EnumSet.of(
-        spark._jvm.org.apache.hadoop.fs.CreateFlag.CREATE), spark._sc._gateway.new_array(
-        spark._jvm.org.apache.hadoop.fs.Options.CreateOpts, 0))
-    stream.write(bytearray(b"checksummed"))
-    stream.close()
+    create(spark, created, b"checksummed")
     assert (tmp_path / ".created.crc").is_file()
 
     # a new name: the file and its checksum move together
@@ -146,19 +151,13 @@ def test_permissions_are_set_as_asked(spark, tmp_path: Path) -> None:
 
 def test_writing_and_renaming_files_starts_no_process(spark, tmp_path: Path) -> None:
     """What a Delta commit does to the log, ten times: create a temporary file (its permission set),
-    rename it to a new version. Hadoop started twelve processes per commit; a few started by
-    anything else on the machine meanwhile are allowed."""
-    fc = file_context(spark)
-    flags = spark._jvm.java.util.EnumSet.of(spark._jvm.org.apache.hadoop.fs.CreateFlag.CREATE)
-    no_options = spark._sc._gateway.new_array(spark._jvm.org.apache.hadoop.fs.Options.CreateOpts, 0)
-    fc.mkdir(hadoop_path(spark, tmp_path / "_delta_log"), spark._jvm.org.apache.hadoop.fs.permission
-             .FsPermission.getDirDefault(), True)
+    rename it to a new version. With Hadoop's file system that started 203 processes; a few started
+    by anything else on the machine meanwhile are allowed."""
+    (tmp_path / "_delta_log").mkdir()
     before = forks()
     for version in range(10):
         temporary = tmp_path / "_delta_log" / f".{version:020}.json.tmp"
-        stream = fc.create(hadoop_path(spark, temporary), flags, no_options)
-        stream.write(bytearray(b"{}\n"))
-        stream.close()
+        create(spark, temporary, b"{}\n")
         rename(spark, temporary, tmp_path / "_delta_log" / f"{version:020}.json")
     started = forks() - before
     assert started < 10, f"{started} processes started by 10 commits' files"
