@@ -127,28 +127,31 @@ class AirflowServices:
                     cwd=str(self.airflow_home), start_new_session=True)
 
     def kill(self, *components: str, sig: signal.Signals = signal.SIGKILL, wait_s: float = 30.0) -> None:
-        """Signal each component's whole process group (its workers and runners too) and reap it."""
-        for component in components:
-            proc = self.procs.get(component)
-            if proc is None:
-                continue
+        """Signal each component's whole process group (its workers and runners too), all at once,
+        then reap them within one deadline; a group still alive at it is SIGKILLed."""
+        procs = [proc for c in components if (proc := self.procs.get(c)) is not None]
+        for proc in procs:
             try:
                 os.killpg(proc.pid, sig)
             except ProcessLookupError:
                 pass
+        deadline = time.monotonic() + wait_s
+        for proc in procs:
             try:
-                proc.wait(wait_s)
+                proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(10)
 
     def stop_all(self) -> None:
-        """SIGTERM every component group, then SIGKILL whatever is left of any of them."""
-        started = [c for c in COMPONENTS if c in self.procs]
-        self.kill(*started, sig=signal.SIGTERM, wait_s=20.0)
-        for component in started:
+        """SIGTERM every component group, then SIGKILL whatever is left of any of them. The API
+        server goes last: a task still running when its scheduler or worker is told to stop
+        reports its end through it, and without it retried until the deadline (20 s)."""
+        self.kill(*(c for c in self.procs if c != "api-server"), sig=signal.SIGTERM, wait_s=20.0)
+        self.kill("api-server", sig=signal.SIGTERM, wait_s=20.0)
+        for proc in self.procs.values():
             try:
-                os.killpg(self.procs[component].pid, signal.SIGKILL)
+                os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
 

@@ -113,15 +113,6 @@ class CeleryAirflow(AirflowServices):
                     env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     cwd=str(self.airflow_home), start_new_session=True)
 
-    def stop_all(self) -> None:
-        started = [c for c in (*COMPONENTS, *WORKERS) if c in self.procs]
-        self.kill(*started, sig=signal.SIGTERM, wait_s=20.0)
-        for component in started:
-            try:
-                os.killpg(self.procs[component].pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
     def logs_tail(self, chars: int = 3000) -> str:
         parts = []
         for component in (*COMPONENTS, *WORKERS):
