@@ -18,8 +18,10 @@ from spark_jobs.settings import settings
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+# Weir's extensions first: their optimizer rules run before Delta's (`weir.LiveScan` prepares the
+# reads of Delta tables that Delta's `PrepareDeltaScan` would otherwise, infra/jvm/weir).
 DELTA_CONF = {
-    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.extensions": "weir.Extensions,io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
 # Every Weir JVM (driver and executors): UTC, the throughput collector, and C2 inlining less deeply.

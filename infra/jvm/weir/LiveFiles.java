@@ -2,6 +2,8 @@ package weir;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import java.time.LocalDate;
+import java.time.format.DateTimeParseException;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
@@ -19,6 +21,8 @@ import org.apache.spark.sql.catalyst.expressions.GreaterThan;
 import org.apache.spark.sql.catalyst.expressions.GreaterThanOrEqual;
 import org.apache.spark.sql.catalyst.expressions.In;
 import org.apache.spark.sql.catalyst.expressions.InSet;
+import org.apache.spark.sql.catalyst.expressions.IsNotNull;
+import org.apache.spark.sql.catalyst.expressions.IsNull;
 import org.apache.spark.sql.catalyst.expressions.LessThan;
 import org.apache.spark.sql.catalyst.expressions.LessThanOrEqual;
 import org.apache.spark.sql.catalyst.expressions.Literal;
@@ -119,6 +123,13 @@ final class LiveFiles {
     txn.trackReadPredicates(conditions, false, true);
     txn.trackFilesRead(files);
     return files;
+  }
+
+  /** The live files of {@code snapshot} ({@link #listed}), or null when they are not listed here
+   * (a table too large for the driver): the caller then asks Delta. */
+  static Iterable<AddFile> live(DeltaLog log, Snapshot snapshot) {
+    Listed listed = listed(log, snapshot);
+    return listed == null ? null : () -> listed.files().values().stream().map(Live::add).iterator();
   }
 
   /** The live files of {@code snapshot}, brought forward from the version kept when it can be,
@@ -230,7 +241,7 @@ final class LiveFiles {
   /** A file's statistics, parsed each time a prune needs them rather than kept parsed (a tree of
    * nodes weighs several times its text); null when it has none or they cannot be read, and the
    * file is always read. */
-  private static JsonNode stats(AddFile add) {
+  static JsonNode stats(AddFile add) {
     if (add.stats() == null) {
       return null;
     }
@@ -243,11 +254,11 @@ final class LiveFiles {
 
   /**
    * False only when the file's statistics prove that none of its rows meets {@code c}: its
-   * minimum and maximum of a column compared with literals, under AND and OR. Every other
-   * condition, a partition column, a type other than integers and plain strings, or a missing
-   * statistic keeps the file.
+   * minimum and maximum of a column compared with literals, and its count of nulls against IS
+   * NULL and IS NOT NULL, under AND and OR. Every other condition, a partition column, a type
+   * other than integers, dates and plain strings, or a missing statistic keeps the file.
    */
-  private static boolean mayMeet(Expression c, JsonNode stats, Set<String> partitions) {
+  static boolean mayMeet(Expression c, JsonNode stats, Set<String> partitions) {
     if (stats == null) {
       return true;
     }
@@ -256,6 +267,13 @@ final class LiveFiles {
     }
     if (c instanceof Or or) {
       return mayMeet(or.left(), stats, partitions) || mayMeet(or.right(), stats, partitions);
+    }
+    if (c instanceof IsNull isNull && isNull.child() instanceof AttributeReference column) {
+      return nulls(column, stats, partitions) != 0;
+    }
+    if (c instanceof IsNotNull isNotNull && isNotNull.child() instanceof AttributeReference column) {
+      JsonNode rows = stats.path("numRecords");
+      return !rows.canConvertToLong() || nulls(column, stats, partitions) != rows.asLong();
     }
     if (c instanceof In in && in.value() instanceof AttributeReference column) {
       for (Expression v : CollectionConverters.asJava(in.list())) {
@@ -283,6 +301,12 @@ final class LiveFiles {
       }
     }
     return true;
+  }
+
+  /** The file's count of nulls in {@code column}, or -1 when it is unknown. */
+  private static long nulls(AttributeReference column, JsonNode stats, Set<String> partitions) {
+    JsonNode count = stats.path("nullCount").path(column.name());
+    return partitions.contains(column.name()) || !count.canConvertToLong() ? -1 : count.asLong();
   }
 
   /** Whether a row of the file may have {@code column} = {@code value}. */
@@ -336,6 +360,13 @@ final class LiveFiles {
     }
     if (type.equals(DataTypes.StringType) && stat.isTextual() && value instanceof UTF8String s) {
       return Integer.signum(UTF8String.fromString(stat.asText()).compareTo(s));
+    }
+    if (type.equals(DataTypes.DateType) && stat.isTextual() && value instanceof Integer days) {
+      try {   // a date's statistic is its ISO text; the literal, days since the epoch
+        return Long.compare(LocalDate.parse(stat.asText()).toEpochDay(), days);
+      } catch (DateTimeParseException unreadable) {
+        return null;
+      }
     }
     return null;
   }
