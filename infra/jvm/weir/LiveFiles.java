@@ -271,7 +271,7 @@ final class LiveFiles {
     if (c instanceof IsNull isNull && isNull.child() instanceof AttributeReference column) {
       return nulls(column, stats, partitions) != 0;
     }
-    if (c instanceof IsNotNull isNotNull && isNotNull.child() instanceof AttributeReference column) {
+    if (c instanceof IsNotNull notNull && notNull.child() instanceof AttributeReference column) {
       JsonNode rows = stats.path("numRecords");
       return !rows.canConvertToLong() || nulls(column, stats, partitions) != rows.asLong();
     }
