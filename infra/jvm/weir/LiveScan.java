@@ -1,9 +1,11 @@
 package weir;
 
+import com.fasterxml.jackson.databind.JsonNode;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.AttributeReference;
@@ -54,7 +56,7 @@ import scala.jdk.javaapi.CollectionConverters;
  *   <li>exactly by each condition on partition columns only, evaluated on the file's partition
  *       values cast to the columns' types, as Delta evaluates them (Spark then drops those
  *       conditions from the scan: the files must be exactly the partitions that meet them);</li>
- *   <li>conservatively by the others, from each file's minimum and maximum
+ *   <li>conservatively by the others, from each file's minimum, maximum and null count
  *       ({@link LiveFiles#mayMeet}): a file is left out only when they prove no row of it meets a
  *       condition; Spark still applies every such condition to the rows read.</li>
  * </ul>
@@ -125,7 +127,7 @@ public final class LiveScan extends PrepareDeltaScan {
     if (listed == null) {
       return null;
     }
-    java.util.Set<String> partitionNames = java.util.Set.copyOf(
+    Set<String> partitionNames = Set.copyOf(
         CollectionConverters.asJava(partitionColumns));
     Map<scala.collection.immutable.Map<String, String>, Boolean> byPartition = new HashMap<>();
     long[] total = new long[2];
@@ -140,7 +142,7 @@ public final class LiveScan extends PrepareDeltaScan {
       }
       count(inPartitions, f);
       if (!onData.isEmpty()) {
-        com.fasterxml.jackson.databind.JsonNode stats = LiveFiles.stats(f);
+        JsonNode stats = LiveFiles.stats(f);
         if (!onData.stream().allMatch(c -> LiveFiles.mayMeet(c, stats, partitionNames))) {
           continue;
         }
