@@ -114,8 +114,7 @@ final class LiveFiles {
         CollectionConverters.asJava(snapshot.metadata().partitionColumns()));
     List<AddFile> kept = new ArrayList<>();
     for (Live f : listed.files().values()) {
-      JsonNode stats = filters.isEmpty() ? null : stats(f.add());
-      if (filters.stream().allMatch(c -> mayMeet(c, stats, partitions))) {
+      if (mayHold(f.add(), filters, partitions)) {
         kept.add(f.add());
       }
     }
@@ -238,10 +237,20 @@ final class LiveFiles {
         + (add.stats() == null ? 0 : add.stats().length()));
   }
 
+  /** False only when {@code f}'s statistics prove that none of its rows meets all of
+   * {@code conditions} ({@link #mayMeet}); its statistics are read only when there are some. */
+  static boolean mayHold(AddFile f, List<Expression> conditions, Set<String> partitions) {
+    if (conditions.isEmpty()) {
+      return true;
+    }
+    JsonNode stats = stats(f);
+    return conditions.stream().allMatch(c -> mayMeet(c, stats, partitions));
+  }
+
   /** A file's statistics, parsed each time a prune needs them rather than kept parsed (a tree of
    * nodes weighs several times its text); null when it has none or they cannot be read, and the
    * file is always read. */
-  static JsonNode stats(AddFile add) {
+  private static JsonNode stats(AddFile add) {
     if (add.stats() == null) {
       return null;
     }
@@ -258,7 +267,7 @@ final class LiveFiles {
    * NULL and IS NOT NULL, under AND and OR. Every other condition, a partition column, a type
    * other than integers, dates and plain strings, or a missing statistic keeps the file.
    */
-  static boolean mayMeet(Expression c, JsonNode stats, Set<String> partitions) {
+  private static boolean mayMeet(Expression c, JsonNode stats, Set<String> partitions) {
     if (stats == null) {
       return true;
     }

@@ -1,6 +1,5 @@
 package weir;
 
-import com.fasterxml.jackson.databind.JsonNode;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
@@ -57,7 +56,7 @@ import scala.jdk.javaapi.CollectionConverters;
  *       values cast to the columns' types, as Delta evaluates them (Spark then drops those
  *       conditions from the scan: the files must be exactly the partitions that meet them);</li>
  *   <li>conservatively by the others, from each file's minimum, maximum and null count
- *       ({@link LiveFiles#mayMeet}): a file is left out only when they prove no row of it meets a
+ *       ({@link LiveFiles#mayHold}): a file is left out only when they prove no row of it meets a
  *       condition; Spark still applies every such condition to the rows read.</li>
  * </ul>
  *
@@ -141,11 +140,8 @@ public final class LiveScan extends PrepareDeltaScan {
         continue;
       }
       count(inPartitions, f);
-      if (!onData.isEmpty()) {
-        JsonNode stats = LiveFiles.stats(f);
-        if (!onData.stream().allMatch(c -> LiveFiles.mayMeet(c, stats, partitionNames))) {
-          continue;
-        }
+      if (!LiveFiles.mayHold(f, onData, partitionNames)) {
+        continue;
       }
       count(scanned, f);
       files.add(f);
