@@ -8,6 +8,7 @@ hand-written job, side by side in one invocation on the same files, written to
     python -m bench.run --quick         # tiny data: the smoke run `make test` uses
     python -m bench.run --only ceiling --only bare --only platform
     python -m bench.run --only one_file # one landing file of ~2.3 GB: the bare job and the platform
+    python -m bench.run --only floor --only ladder --only platform   # the platform's cost, step by step
 
 Every measured run is one process, `python -m bench.worker WORKLOAD ARGS_JSON`, printing one JSON
 result line; the harness samples the peak memory and CPU time of its whole process tree. Ratios
@@ -37,7 +38,7 @@ from bench import report
 from bench.datasets import Dataset, Size, make
 from bench.kafka_throughput import topic_holding
 from bench.process_tree import PeakMemory
-from bench.workloads import KAFKA_PIPELINE, Spec
+from bench.workloads import KAFKA_PIPELINE, LADDER, Spec
 from spark_jobs import catalog
 from spark_jobs.catalog import KafkaSource
 from spark_jobs.home import REPO_ROOT
@@ -48,8 +49,9 @@ RESULTS = REPO_ROOT / "bench" / "results"
 # its budget still has them. `steady` is bare_steady + platform_steady; `growth` is one micro-batch
 # timed against silver at each of the profile's sizes; `scale` is ceiling, bare and platform on the
 # 4x input.
-DEFAULT = ("ceiling", "bare", "platform", "steady", "kafka", "growth", "scale")
-EXTRA = ("one_file", "ceiling_transforms", "latency", "backfill", "profile", "recovery", "dq", "dag_parse")
+DEFAULT = ("ceiling", "bare", "floor", "platform", "steady", "kafka", "growth", "scale")
+EXTRA = ("one_file", "ladder", "ceiling_transforms", "latency", "backfill", "profile", "recovery", "dq",
+         "dag_parse")
 NAMES = DEFAULT + EXTRA
 # Measurements that set themselves up (broker, Airflow, their own data): `python -m bench.worker
 # NAME '{"workdir": ..., "quick": ...}'`, each with its own time limit.
@@ -180,8 +182,11 @@ def run_one(suite: Suite, name: str) -> None:
     """The runs of the selected measurement `name`."""
     p = suite.profile
     interval = p.steady_interval_s
-    if name in ("ceiling", "bare", "platform", "ceiling_transforms"):
+    if name in ("ceiling", "bare", "floor", "platform", "ceiling_transforms"):
         run_worker(suite, name, suite.spec(name, name))
+    elif name == "ladder":     # the floor's steps to the platform's micro-batch
+        for step in range(1, len(LADDER)):
+            run_worker(suite, "ladder", suite.spec("ladder", f"ladder_{step}", step=step))
     elif name == "backfill":    # the day back-filled, then again as silver grows beside it
         run_worker(suite, name, suite.spec(name, name, silver_rows=list(p.silver_rows)))
     elif name == "steady":

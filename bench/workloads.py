@@ -6,6 +6,9 @@ lines included: that is what every job has to read and parse.
 - `ceiling_transforms`: batch read + the platform's own parse and silver transforms, into `noop`;
 - `bare`: a hand-written Structured Streaming job, `readStream.text → from_json → Delta append`,
   with the platform driver's session settings (`availableNow` over a backlog);
+- `floor`: the least a job with Weir's two layers does, hand-written: the bare job plus bronze (each
+  line and its file), in micro-batches of the platform's byte bound; `ladder`: the steps from it to
+  the platform's micro-batch, one feature at a time (`LADDER`);
 - `bare_steady`: the same job on a processing-time trigger while the files arrive one by one;
 - `platform`: `weir run playback --once` (its own driver process, the catalog's settings) on a
   backlog: landing → bronze/quarantine/silver, then gold; rates from its `stream_progress`;
@@ -46,7 +49,7 @@ from bench import delta_log
 from bench.datasets import Dataset, link_into
 from bench.report import LATENCY_SAMPLE
 from spark_jobs import catalog
-from spark_jobs.catalog import Pipeline
+from spark_jobs.catalog import FileSource, Pipeline
 from spark_jobs.home import REPO_ROOT, WeirHome
 from spark_jobs.layers import PipelineTables
 from spark_jobs.tables import delta_version
@@ -293,20 +296,108 @@ def bare_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Resu
     home = fresh_home(spec, name)
     landing, root = home.landing(PIPELINE), home.root / "bare"
     link_into(data, landing)
-    return bare_backlog(lambda: bare_query(spark, landing, root, trigger=None), root, data)
+    return bare_backlog(lambda: bare_query(spark, landing, root, trigger=None), root / "events", data)
 
 
-def bare_backlog(start: Callable[[], StreamingQuery], root: Path, data: Dataset) -> Result:
-    """Run a bare job's `availableNow` query (started by `start`, writing `root/events`) over a
-    backlog of the dataset's lines: its rates, batches and time split, its output checked."""
+def bare_backlog(start: Callable[[], StreamingQuery], table: Path, data: Dataset, *,
+                 every_line: bool = True) -> Result:
+    """Run a hand-written `availableNow` query (started by `start`, writing `table`) over a backlog
+    of the dataset's lines: its rates, batches and time split, and with `every_line` its output
+    checked (a row per input line)."""
     started_wall, started = time.time(), time.monotonic()
     query = start()
     run_stream(query)
     batches = batches_of(query.recentProgress)
-    return {"seconds": time.monotonic() - started, "wall_events_per_s":
-            data.lines / (time.monotonic() - started), **span_of(batches, data.lines),
-            "time_split_ms": time_split(batches), "timeline": timeline(root / "events", started_wall),
-            "rows": exactly_once(root / "events", None, data.lines)}
+    result = {"seconds": time.monotonic() - started, "wall_events_per_s":
+              data.lines / (time.monotonic() - started), **span_of(batches, data.lines),
+              "time_split_ms": time_split(batches), "timeline": timeline(table, started_wall)}
+    return {**result, "rows": exactly_once(table, None, data.lines)} if every_line else result
+
+
+# The steps from the two-layer floor to the platform's micro-batch, one feature at a time
+# (`--only floor` is step 0, `--only ladder` the rest): each a hand-written `foreachBatch` over
+# Spark's text source in micro-batches of the platform's byte bound, in a process of its own.
+# Between the bare job and step 0 is the price of a second table and bounded batches; each step
+# after it adds what its line says, and what is left between the last step and `platform` is the
+# landing reader (lines with their positions) and the driver around the query.
+LADDER = (
+    "floor: bronze (line, file) + silver by the bare job's from_json",
+    "+ the contract's parse (typed fields, every reason) for silver",
+    "+ the parsed batch cached, its summary first, the writes side by side",
+    "+ quarantine",
+    "+ silver deduped and enriched",
+    "+ each write exactly once and fenced: the platform's IngestBatch",
+)
+
+
+def ladder_query(spark: SparkSession, landing: Path, home: WeirHome, step: int) -> StreamingQuery:
+    """Step `step` of `LADDER` as a streaming query over `landing`, writing under `home`."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs import transforms
+    from spark_jobs.layers import ensure_tables, read_dimension
+    from spark_jobs.quality import rules
+    from spark_jobs.sources import bronze_columns
+    from spark_jobs.stream import BatchSummary, IngestBatch, run_concurrently
+
+    p, root = playback(), home.root / "ladder"
+    tables = ensure_tables(spark, home, p) if step >= 4 else None
+    schema = bare_schema(p)
+
+    def append(df: DataFrame, table: str) -> None:
+        df.write.format("delta").mode("append").save(str(root / table))
+
+    def write(batch: DataFrame, batch_id: int) -> None:
+        if step == 0:
+            append(batch.select("value", "source", F.current_timestamp().alias("ingest_time")), "bronze")
+            append(batch.select(F.from_json("value", schema).alias("e")).select("e.*"), "events")
+            return
+        lines = bronze_columns(batch, value=F.col("value"), source=F.col("source"),
+                               position=F.monotonically_increasing_id())
+        if step == len(LADDER) - 1:
+            IngestBatch(p, tables)(lines, batch_id)
+            return
+        parsed = rules.with_rules(transforms.parse(lines, p), p.row_rules)
+        if step == 1:
+            append(lines, "bronze")
+            append(transforms.valid(parsed), "events")
+            return
+        parsed = parsed.persist()
+        BatchSummary.of(parsed, p, p.row_rules)
+        silver = (transforms.silver(parsed, read_dimension(spark, tables), p) if step >= 4
+                  else transforms.valid(parsed))
+        writes = {"bronze": lambda: append(transforms.bronze_rows(parsed, p), "bronze"),
+                  "silver": lambda: append(silver, "events")}
+        if step >= 3:
+            writes["quarantine"] = lambda: append(transforms.rejects(parsed), "quarantine")
+        run_concurrently(writes, what=f"ladder step {step}")
+        parsed.unpersist()
+
+    source = p.source
+    assert isinstance(source, FileSource)
+    return (spark.readStream.format("text").option("maxBytesPerTrigger", str(source.max_bytes_per_trigger))
+            .load(str(landing)).select("value", F.col("_metadata.file_path").alias("source"))
+            .writeStream.foreachBatch(write).option("checkpointLocation", str(root / "checkpoint"))
+            .queryName(f"ladder_{step}").trigger(availableNow=True).start())
+
+
+def ladder_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
+    """One step of `LADDER` over the dataset as a backlog. Bronze is checked at every step (every
+    line once); silver only where it is meant to be exact (the bare parse keeps every line, the
+    last step every valid event once)."""
+    step = int(spec.params.get("step", 0))
+    home = fresh_home(spec, name)
+    landing = home.landing(PIPELINE)
+    link_into(data, landing)
+    t = PipelineTables.of(home, playback())
+    bronze, silver = (t.bronze, t.silver) if step == len(LADDER) - 1 else \
+        (home.root / "ladder" / "bronze", home.root / "ladder" / "events")
+    result = bare_backlog(lambda: ladder_query(spark, landing, home, step), silver, data,
+                          every_line=step == 0)
+    checked = {"silver": exactly_once(silver, "event_id", data.valid_events)} \
+        if step == len(LADDER) - 1 else {}
+    return {**result, "step": step, "what": LADDER[step],
+            "bronze": exactly_once(bronze, None, data.lines), **checked}
 
 
 def bare_steady_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
@@ -344,7 +435,7 @@ def bare_kafka_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -
               .select("e.*"))
     writer = (parsed.writeStream.format("delta").outputMode("append").trigger(availableNow=True)
               .option("checkpointLocation", str(root / "checkpoint")).queryName("bare_kafka"))
-    return {**bare_backlog(lambda: writer.start(str(root / "events")), root, data),
+    return {**bare_backlog(lambda: writer.start(str(root / "events")), root / "events", data),
             "max_offsets_per_trigger": spec.params["max_offsets"]}
 
 
@@ -880,6 +971,8 @@ SPARK_WORKLOADS: dict[str, Callable[[SparkSession, Spec, Dataset, str], Result]]
     "ceiling": ceiling_once,
     "ceiling_transforms": ceiling_transforms_once,
     "bare": bare_once,
+    "floor": ladder_once,
+    "ladder": ladder_once,
     "bare_steady": bare_steady_once,
     "bare_kafka": bare_kafka_once,
     "latency": latency_once,

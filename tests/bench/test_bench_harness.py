@@ -40,6 +40,7 @@ def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path)
                  "cpu_timeline": [[99.0, 10.0], [101.0, 14.0], [103.0, 18.0]],
                  "timeline": [[1.0, 500], [2.0, 1000]],
                  "time_split_ms": {"triggerExecution": 2000, "addBatch": 1500}},
+        "floor": {"workload": "floor", "lines": 1000, "events_per_s": 400.0},
         "platform": {"workload": "platform", "lines": 1000, "events_per_s": 260.0, "cpu_s": 70.0,
                      "span_from_epoch": 200.5, "span_to_epoch": 204.5,
                      "query_spans": {"ingest": [200.5, 204.5], "gold": [204.5, 205.0]},
@@ -65,6 +66,8 @@ def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path)
     ratios = summary["ratios"]
     assert ratios["platform_silver_vs_bare"] == pytest.approx(0.52)
     assert ratios["platform_gold_vs_bare"] == pytest.approx(0.30)
+    assert ratios["floor_vs_bare"] == pytest.approx(0.8)
+    assert ratios["platform_silver_vs_floor"] == pytest.approx(0.65)
     assert ratios["steady_platform_vs_bare"] == pytest.approx(0.5)
     assert ratios["x4_platform_silver_vs_bare"] == pytest.approx(0.375)
     assert ratios["x4_platform_gold_vs_bare"] == pytest.approx(0.25)
@@ -105,6 +108,28 @@ def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path)
     assert "| platform | gold | 0.50 | 3.00 |" in text
     assert "| platform | ingest | 3.00 | 2.50 |" in text
     assert "| bare | bare | 2.00 | 1.50 |" in text
+
+
+def test_the_ladder_gives_each_step_against_the_floor_and_the_step_before(tmp_path: Path) -> None:
+    doc = document({
+        "floor": {"workload": "ladder", "step": 0, "what": "floor", "lines": 1000,
+                  "events_per_s": 800.0, "batch_s": [1.0, 0.5]},
+        "ladder_2": {"workload": "ladder", "step": 2, "what": "+ cache", "lines": 1000,
+                     "events_per_s": 400.0, "batch_s": [2.0, 1.0]},
+        "ladder_1": {"workload": "ladder", "step": 1, "what": "+ parse", "lines": 1000,
+                     "events_per_s": 500.0, "batch_s": [1.5, 0.75]},
+        "ladder_3": {"workload": "ladder", "step": 3, "not_measured": "worker exited 1 (log: x)"},
+        "platform": {"workload": "platform", "lines": 1000, "events_per_s": 200.0},
+    }, ["floor", "ladder", "platform"])
+    doc["summary"] = summary = report.summarise(doc)
+    rows = summary["ladder"]
+    assert [(r["run"], r["step"]) for r in rows] == [("floor", 0), ("ladder_1", 1), ("ladder_2", 2),
+                                                     ("platform", None)]
+    assert [r["vs_floor"] for r in rows] == pytest.approx([1.0, 0.625, 0.5, 0.25])
+    assert rows[0]["vs_step_before"] is None
+    assert [r["vs_step_before"] for r in rows[1:]] == pytest.approx([0.625, 0.8, 0.5])
+    report.write(doc, tmp_path, stem="day")
+    assert "| 2 | ladder_2 | + cache | 400 | 2.0, 1.0 | 0.50x | 0.80x |" in (tmp_path / "day.md").read_text()
 
 
 def test_the_latency_record_keeps_an_evenly_spaced_sample_with_the_extremes() -> None:
@@ -275,11 +300,11 @@ def test_dag_parse_runs_through_the_worker_protocol() -> None:
 
 
 @pytest.mark.slow
-def test_quick_run_measures_the_ceiling_and_writes_its_record(tmp_path: Path) -> None:
+def test_quick_run_measures_the_ceiling_and_the_floor_and_writes_its_record(tmp_path: Path) -> None:
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     done = subprocess.run(
         [sys.executable, "-m", "bench.run", "--quick", "--budget-s", "600", "--only", "ceiling",
-         "--only", "dag_parse",
+         "--only", "floor", "--only", "dag_parse",
          "--out", str(tmp_path)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     [record] = list(tmp_path.glob("*.json"))
@@ -287,6 +312,9 @@ def test_quick_run_measures_the_ceiling_and_writes_its_record(tmp_path: Path) ->
     ceiling = doc["results"]["ceiling"]
     assert ceiling["events_per_s"] > 0 and ceiling["lines"] == doc["datasets"]["x1"]["lines"]
     assert ceiling["memory"]["jvm_peak_rss_mb"] > 0 and ceiling["cpu_s"] > 1   # a JVM ran: seconds of CPU
+    floor = doc["results"]["floor"]
+    assert floor["events_per_s"] > 0 and floor["rows"]["exactly_once"] and floor["bronze"]["exactly_once"]
+    assert floor["rows"]["count"] == floor["bronze"]["count"] == doc["datasets"]["x1"]["lines"]
     assert doc["results"]["dag_parse"]["files"]
     assert doc["summary"]["goals"][0]["why_not_measured"] == "not selected in this run"
     assert (tmp_path / record.name.replace(".json", ".md")).read_text().startswith("# Weir benchmark")
