@@ -469,8 +469,9 @@ def markdown_summary(doc: Document) -> str:
 
 
 def plot(doc: Document, out: Path, stem: str) -> list[Path]:
-    """The plots, each only when its data was measured: rates side by side, throughput over time
-    (backlog and steady arrival), the scale curve, a batch's cost as silver grows, latency."""
+    """The plots, each only when its data was measured: rates side by side, the ladder from the
+    floor to the platform, throughput over time (backlog and steady arrival), the scale curve, a
+    batch's cost as silver grows, latency."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -486,6 +487,21 @@ def plot(doc: Document, out: Path, stem: str) -> list[Path]:
         ax.set_title("Rates, side by side (same run)")
         fig.tight_layout()
         written.append(_save(fig, out / f"{stem}-rates.png"))
+        plt.close(fig)
+    if s.get("ladder"):
+        floor = s["ladder"][0]["events_per_s"]
+        steps = [(r["what"], r["events_per_s"]) for r in s["ladder"]]
+        if s["rates"].get("bare"):
+            steps.insert(0, ("the bare job (one table, the whole backlog in one batch)", s["rates"]["bare"]))
+        fig, ax = plt.subplots(figsize=(11, 4.5))
+        ax.barh([what for what, _ in steps][::-1], [rate for _, rate in steps][::-1])
+        for y, (_, rate) in enumerate(steps[::-1]):
+            ax.text(rate, y, f" {rate / floor:.2f}x", va="center")
+        ax.set_xlim(0, max(rate for _, rate in steps) * 1.15)
+        ax.set_xlabel("input lines per second; x: against the floor")
+        ax.set_title("From the floor to the platform, one feature at a time")
+        fig.tight_layout()
+        written.append(_save(fig, out / f"{stem}-ladder.png"))
         plt.close(fig)
     for suffix, labels, title in (
             ("throughput", ("bare", "platform"), "Backlog: rows committed over time (bare table / silver)"),

@@ -128,7 +128,8 @@ def test_the_ladder_gives_each_step_against_the_floor_and_the_step_before(tmp_pa
     assert [r["vs_floor"] for r in rows] == pytest.approx([1.0, 0.625, 0.5, 0.25])
     assert rows[0]["vs_step_before"] is None
     assert [r["vs_step_before"] for r in rows[1:]] == pytest.approx([0.625, 0.8, 0.5])
-    report.write(doc, tmp_path, stem="day")
+    written = {p.name for p in report.write(doc, tmp_path, stem="day")}
+    assert "day-ladder.png" in written
     assert "| 2 | ladder_2 | + cache | 400 | 2.0, 1.0 | 0.50x | 0.80x |" in (tmp_path / "day.md").read_text()
 
 
