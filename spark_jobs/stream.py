@@ -28,7 +28,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Collection
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
@@ -54,6 +54,7 @@ from spark_jobs.tables import (
     key_ranges,
     partitions_holding,
     upsert,
+    warm_key_hashes,
 )
 from spark_jobs.timing import StepTimes
 from spark_jobs.topology import checkpoint_location, queries_of, query_name
@@ -117,6 +118,13 @@ class IngestBatch:
         steps = StepTimes()
         # One pass over the source: bronze is written from the parsed batch, which carries it.
         parsed = row_rules.with_rules(transforms.parse(batch, p), self.rules).persist()
+        # Silver's insert compares the batch's key hashes with each silver file's, kept in the
+        # driver once read: those of the files the batch before wrote are read now, beside the
+        # parse, instead of after it on the way to silver.
+        key_hash = transforms.key_hash_expression((p.key,))
+        warming = ThreadPoolExecutor(max_workers=1, thread_name_prefix="weir-warm")
+        warmed = warming.submit(warm_key_hashes, parsed.sparkSession, t.silver, key_hash)
+        warming.shutdown(wait=False)
         try:
             summary = steps.time("read+parse+summary", lambda: BatchSummary.of(parsed, p, self.rules))
             if not summary.sources:
@@ -148,9 +156,13 @@ class IngestBatch:
                 # of the batch's hashes.
                 rows = transforms.silver(parsed, read_dimension(parsed.sparkSession, t), p)
                 keys = transforms.valid(parsed).select(p.key)
-                writes["silver"] = lambda: insert_absent(
-                    rows, t.silver, (p.key,), keys=keys,
-                    key_hash=transforms.key_hash_expression((p.key,)), fencing=token)
+
+                def silver() -> Inserted:
+                    files_warmed(warmed)   # the hashes read beside the parse are in the cache
+                    return insert_absent(rows, t.silver, (p.key,), keys=keys, key_hash=key_hash,
+                                         fencing=token)
+
+                writes["silver"] = silver
             done = run_concurrently(steps.timed(writes), what=f"{p.name} ingest batch {batch_id}")
             inserted = done.get("silver")
             if not isinstance(inserted, Inserted):
@@ -158,14 +170,26 @@ class IngestBatch:
             # A write the fencing token made Delta skip (a newer holder committed) is loud here,
             # before Spark records the batch as done.
             fence(p.name)
+            beside = files_warmed(warmed)
             log.info("%s ingest batch %d: %d source(s), %d reject(s), %d new event(s) under %d date(s) "
-                     "(silver's keys read from %d file(s), key hashes from %d, %d of them read) "
-                     "written in %.1fs (%s)",
+                     "(silver's keys read from %d file(s), key hashes from %d, %d of them read: %d "
+                     "beside the parse, %d after it) written in %.1fs (%s)",
                      p.name, batch_id, len(summary.sources), summary.rejects, inserted.rows,
                      len(summary.dates), inserted.files_read, inserted.files_hashed,
-                     inserted.hashes_read, steps.elapsed(), steps)
+                     beside + inserted.hashes_read, beside, inserted.hashes_read, steps.elapsed(),
+                     steps)
         finally:
+            if warmed.exception() is not None:   # waits: nothing of a batch outlives it
+                log.warning("%s ingest batch %d: silver's key hashes were not read beside the "
+                            "parse (the insert read them): %s", p.name, batch_id, warmed.exception())
             parsed.unpersist()
+
+
+def files_warmed(warmed: Future[int]) -> int:
+    """The files whose key hashes `warmed` (a `warm_key_hashes`) read, once it is done; 0 when it
+    failed. A failed warm-up is not raised: it only ever gave the insert a head start, and the
+    insert reads whatever it lacks (and fails loudly where that fails)."""
+    return 0 if warmed.exception() is not None else warmed.result()
 
 
 def run_concurrently(actions: dict[str, Callable[[], object]], *, what: str) -> dict[str, object]:

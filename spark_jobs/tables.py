@@ -382,6 +382,18 @@ def insert_absent(df: DataFrame, path: Path, key: Sequence[str], *, keys: DataFr
     return retry_conflicts(insert, what=f"insert into {path}")
 
 
+def warm_key_hashes(spark: SparkSession, path: Path, key_hash: str) -> int:
+    """Read into the driver's key-hash cache the hashes (`key_hash`, as `insert_absent` takes it)
+    of the files of the table at `path` that it does not hold yet; returns how many files were
+    read. An `insert_absent` with the same `key_hash` then finds them there: a micro-batch warms
+    the cache while it parses, so that its insert does not read the hashes of the files the batch
+    before wrote after the parse (`infra/jvm/weir/InsertAbsent.java`, `warm`). Only ever a head
+    start: the insert reads whatever this did not."""
+    gateway = spark.sparkContext._gateway  # type: ignore[attr-defined]
+    return int(gateway.jvm.weir.InsertAbsent.warm(spark._jsparkSession,  # type: ignore[attr-defined]
+                                                   str(path), key_hash))
+
+
 def java_strings(gateway: Any, values: Sequence[str]) -> Any:
     """`values` as a Java String[] (py4j)."""
     array = gateway.new_array(gateway.jvm.java.lang.String, len(values))

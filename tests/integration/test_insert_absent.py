@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable as LogReader
 
-from spark_jobs.tables import Fencing, insert_absent, upsert
+from spark_jobs.tables import Fencing, insert_absent, upsert, warm_key_hashes
 from tests.helpers import table
 from tests.support.pause import pausing_udf
 from tests.support.polling import wait_for
@@ -207,6 +207,32 @@ def test_each_files_key_hashes_are_read_once_and_kept_in_the_driver(spark, tmp_p
     assert (compacted.rows, compacted.files_read, compacted.files_hashed, compacted.hashes_read) == (
         1, 1, 1, 1)
     assert table(spark, path).count() == table(spark, path).select("k").distinct().count() == 20
+
+
+def test_hashes_warmed_beside_a_parse_are_not_read_again_by_the_insert(spark, tmp_path: Path) -> None:
+    """A micro-batch warms the cache with silver's unseen files while it parses: its insert then
+    reads no hash and still finds every key. What the cache cannot hold is not warmed, and the
+    insert scans it as before."""
+    from spark_jobs.transforms import key_hash_expression
+
+    path, expression = tmp_path / "t", key_hash_expression(["k"])
+    _hashed_table(spark, path, expression, [[f"k{i}" for i in range(f, f + 5)] for f in (0, 5, 10)])
+    assert warm_key_hashes(spark, path, expression) == 3
+    assert warm_key_hashes(spark, path, expression) == 0     # every file held
+    batch = spark.createDataFrame([("k1", "x"), ("k12", "x"), ("n1", "x")], "k string, v string")
+    inserted = insert_absent(batch.coalesce(1), path, ["k"], key_hash=expression)
+    assert (inserted.rows, inserted.files_read, inserted.files_hashed, inserted.hashes_read) == (1, 2, 3, 0)
+
+    small, expression = tmp_path / "small", key_hash_expression(["k"])
+    _hashed_table(spark, small, expression, [[f"k{i}" for i in range(f, f + 5)] for f in (0, 5)])
+    spark.conf.set("spark.weir.keyHashCache.maxBytes", "40b")   # five hashes: one file at most
+    try:
+        assert warm_key_hashes(spark, small, expression) <= 1
+        again = insert_absent(batch, small, ["k"], key_hash=expression)
+        assert (again.rows, again.files_hashed) == (2, 2) and again.hashes_read >= 1
+    finally:
+        spark.conf.unset("spark.weir.keyHashCache.maxBytes")
+    assert table(spark, path).count() == 16 and table(spark, small).count() == 12
 
 
 def test_files_the_key_hash_cache_cannot_hold_are_scanned_each_batch(spark, tmp_path: Path) -> None:

@@ -260,21 +260,66 @@ public final class InsertAbsent {
    */
   private static Seq<AddFile> mayHold(SparkSession spark, DeltaLog log, OptimisticTransaction txn,
       Seq<AddFile> files, Dataset<Row> wanted, Column hash, String keyHash, long[] hashed) {
-    long capacity = cacheCapacity(spark);
     long[] batch = KeyHashes.sortedDistinct(wanted.select(functions.expr(keyHash))
         .as(Encoders.LONG()).collectAsList().stream().mapToLong(Long::longValue).toArray());
+    Hashes hashes = hashes(spark, log, txn, files, hash, keyHash);
+    List<AddFile> candidates = new ArrayList<>();
+    for (Map.Entry<AddFile, LongBuffer> e : hashes.byFile().entrySet()) {
+      if (KeyHashes.intersect(e.getValue(), batch)) {
+        candidates.add(e.getKey());
+      }
+    }
+    if (!hashes.scan().isEmpty()) {
+      candidates.addAll(scanned(log, txn, hashes.scan(), wanted, hash, keyHash));
+    }
+    hashed[0] = hashes.read() + hashes.scan().size();
+    return CollectionConverters.asScala(candidates).toList();
+  }
+
+  /**
+   * Read into the driver's {@link KeyHashes} the key hashes ({@code keyHash}, as {@link #insert}
+   * takes it) of the files of the table at {@code path} that it does not hold yet, as far as they
+   * fit; returns how many files were read. A micro-batch calls it while it parses its lines, so
+   * that its insert finds the hashes of the files the batch before wrote in the cache already,
+   * where it read them after the parse. A read of the latest snapshot, in no transaction: the
+   * insert's own transaction still names the files, and reads the hashes of any this did not (a
+   * file committed since, or one that did not fit).
+   */
+  public static long warm(SparkSession spark, String path, String keyHash) {
+    return underActive(spark, () -> {
+      DeltaLog log = DeltaLog.forTable(spark, path);
+      OptimisticTransaction read = log.startTransaction();   // for its snapshot: never committed
+      Seq<AddFile> files = LiveFiles.filter(log, read, List.of());
+      Column hash = hashOf(read.snapshot().schema(), keyHash);
+      return files.isEmpty() ? 0L : hashes(spark, log, read, files, hash, keyHash).read();
+    });
+  }
+
+  /** Each file's sorted key hashes, by file; the files whose hashes do not fit the cache, to be
+   * scanned instead; and how many files' hashes were read into the cache. */
+  private record Hashes(Map<AddFile, LongBuffer> byFile, List<AddFile> scan, long read) {}
+
+  /**
+   * The sorted key hashes ({@code hash}) of each of {@code files}: from {@link KeyHashes} where it
+   * holds them, else read (in jobs of at most {@value #LOAD_CHUNK_ROWS} hashes) and kept there as
+   * far as they fit. A file without a row count, or one the cache has no room for, is not read but
+   * returned to be scanned against a batch as a whole.
+   */
+  private static Hashes hashes(SparkSession spark, DeltaLog log, OptimisticTransaction txn,
+      Seq<AddFile> files, Column hash, String keyHash) {
+    long capacity = cacheCapacity(spark);
     Map<String, AddFile> byEntry = new LinkedHashMap<>();
     for (AddFile f : CollectionConverters.asJava(files)) {
       byEntry.put(entry(log, f, keyHash), f);
     }
-    List<AddFile> candidates = new ArrayList<>();
+    Map<AddFile, LongBuffer> byFile = new HashMap<>();
     List<AddFile> unseen = new ArrayList<>();
     for (Map.Entry<String, AddFile> e : byEntry.entrySet()) {
       LongBuffer known = KeyHashes.get(e.getKey());
       if (known == null) {
         unseen.add(e.getValue());
-      } else if (KeyHashes.intersect(known, batch)) {
-        candidates.add(e.getValue());
+      } else {
+        byFile.put(e.getValue(), known);
       }
     }
     long unseenRows = 0;
@@ -301,17 +346,12 @@ public final class InsertAbsent {
     }
     for (List<AddFile> load : loads) {
       for (Map.Entry<AddFile, LongBuffer> e : load(log, txn, load, hash).entrySet()) {
+        // kept by reference: the cache may drop the entry again (another caller making room)
         KeyHashes.put(entry(log, e.getKey(), keyHash), e.getValue(), capacity);
-        if (KeyHashes.intersect(e.getValue(), batch)) {
-          candidates.add(e.getKey());
-        }
+        byFile.put(e.getKey(), e.getValue());
       }
     }
-    if (!scan.isEmpty()) {
-      candidates.addAll(scanned(log, txn, scan, wanted, hash, keyHash));
-    }
-    hashed[0] = unseen.size();
-    return CollectionConverters.asScala(candidates).toList();
+    return new Hashes(byFile, scan, unseen.size() - scan.size());
   }
 
   /** A file's rows as its statistics count them, its deletion vector applied (-1: no count). */
