@@ -223,7 +223,7 @@ def test_hashes_warmed_beside_a_parse_are_not_read_again_by_the_insert(spark, tm
     inserted = insert_absent(batch.coalesce(1), path, ["k"], key_hash=expression)
     assert (inserted.rows, inserted.files_read, inserted.files_hashed, inserted.hashes_read) == (1, 2, 3, 0)
 
-    small, expression = tmp_path / "small", key_hash_expression(["k"])
+    small = tmp_path / "small"
     _hashed_table(spark, small, expression, [[f"k{i}" for i in range(f, f + 5)] for f in (0, 5)])
     spark.conf.set("spark.weir.keyHashCache.maxBytes", "40b")   # five hashes: one file at most
     try:
