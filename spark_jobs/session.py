@@ -171,6 +171,23 @@ def build_session(app_name: str, *, master: str | None = None,
 
 
 @contextmanager
+def session_conf(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
+    """`conf` set on `spark` for the block, and the session's own values back after it (a value
+    the session never had is unset again)."""
+    before = {key: spark.conf.get(key, None) for key in conf}
+    try:
+        for key, value in conf.items():
+            spark.conf.set(key, value)
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+@contextmanager
 def jvm_leaves_sigterm_to_python() -> Iterator[None]:
     """The JVM a session launches from this process starts with SIGTERM ignored.
 

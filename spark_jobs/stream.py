@@ -44,7 +44,7 @@ from spark_jobs.control.lease import LeaseHeldError, LeaseLostError, fence, fenc
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables, ensure_tables, read_dimension
 from spark_jobs.quality import rules as row_rules
-from spark_jobs.session import build_session
+from spark_jobs.session import build_session, session_conf
 from spark_jobs.sources import holds_planning
 from spark_jobs.tables import (
     Fencing,
@@ -404,15 +404,8 @@ def run(pipeline: Pipeline, *, once: bool = False, home: WeirHome | None = None,
         spark = spark or build_session(f"weir-{pipeline.name}", conf=conf)
         # A session passed in (tests, benchmarks) runs with the driver's settings too, as a
         # deployed driver does, and gets its own back afterwards.
-        before = {key: spark.conf.get(key) for key in conf}
-        try:
-            for key, value in conf.items():
-                spark.conf.set(key, value)
-            with DriverMonitor(spark, home, lease, stop) as monitor:
-                _run_queries(spark, pipeline, home, once=once, stop=stop, monitor=monitor)
-        finally:
-            for key, value in before.items():
-                spark.conf.set(key, value)
+        with session_conf(spark, conf), DriverMonitor(spark, home, lease, stop) as monitor:
+            _run_queries(spark, pipeline, home, once=once, stop=stop, monitor=monitor)
 
 
 def driver_conf(pipeline: Pipeline) -> dict[str, str]:

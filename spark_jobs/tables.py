@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from spark_jobs.session import session_conf
+
 if TYPE_CHECKING:
     import deltalake
     from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
@@ -519,6 +521,13 @@ def _differing(new: DataFrame, existing: DataFrame, key: Sequence[str]) -> DataF
                     "left_semi")
 
 
+# A reconcile's MERGE reads a local checkpoint of its changes: Delta need not copy them again
+# ("materialize source", 1.7 s for a day of silver), and its default of writing each partition
+# value's rows from one task wrote a day's 966 k rows on one core for 6 s (docs/performance.md).
+RECONCILE_MERGE_CONF = {"spark.databricks.delta.merge.materializeSource": "none",
+                        "spark.databricks.delta.merge.repartitionBeforeWrite.enabled": "false"}
+
+
 def reconcile(new: DataFrame, path: Path, key: Sequence[str], *, scope: str, partition: str,
               owned: DataFrame | None = None, before_write: Callable[[], None] | None = None) -> bool:
     """Make the rows of the table at `path` matching `scope` (SQL on its columns) equal `new`, with
@@ -566,5 +575,6 @@ def reconcile(new: DataFrame, path: Path, key: Sequence[str], *, scope: str, par
          .whenNotMatchedInsert(condition=f"s.{OP} = 'upsert'", values=values)
          .execute())
 
-    retry_conflicts(merge, what=f"reconcile {scope} in {path}")
+    with session_conf(spark, RECONCILE_MERGE_CONF):
+        retry_conflicts(merge, what=f"reconcile {scope} in {path}")
     return True
