@@ -308,6 +308,16 @@ def scaling_rows(doc: Document) -> list[dict[str, Any]]:
     return rows
 
 
+def _code(env: dict[str, Any]) -> str:
+    """The code a run measured: its commit, and what differed from it (older records name only
+    the commit)."""
+    changed = env.get("git_changed") or []
+    if not changed:
+        return env["git_commit"]
+    shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+    return f"{env['git_commit']} with uncommitted changes to {shown}"
+
+
 def _fmt(value: Any, unit: str = "") -> str:
     if value is None:
         return "—"
@@ -338,7 +348,7 @@ def markdown_summary(doc: Document) -> str:
               f"average {_fmt(load['before_1m'])} before the run (what \"loaded\" is judged on) / "
               f"{_fmt(load['after_1m'])} after it"
               f"{f' / at most {_fmt(between)} between workers' if between is not None else ''} "
-              f"(after and between include the harness's own workers) (git {env['git_commit']})"
+              f"(after and between include the harness's own workers) (git {_code(env)})"
               f"{' — QUICK smoke run: tiny data, not a measurement' if doc['quick'] else ''}.",
               ""]
     if load["loaded"]:

@@ -242,10 +242,15 @@ def run_one(suite: Suite, name: str) -> None:
 
 
 def environment() -> dict[str, Any]:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                            text=True).stdout.strip()
+    """The host, and the code measured: HEAD, and the tracked files that differ from it (a run of
+    uncommitted code names them, not only a commit it did not run)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True).stdout
+
+    changed = sorted(line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines())
     return {"host_cores": os.cpu_count(), "load_average": list(os.getloadavg()),
-            "python": platform.python_version(), "platform": platform.platform(), "git_commit": commit}
+            "python": platform.python_version(), "platform": platform.platform(),
+            "git_commit": git("rev-parse", "--short", "HEAD").strip(), "git_changed": changed}
 
 
 def main(argv: list[str] | None = None) -> int:

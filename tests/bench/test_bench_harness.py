@@ -96,12 +96,14 @@ def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path)
     assert len(summary["goals"]) == 9
     assert {(r["job"], r["lines"]) for r in summary["scaling"]} >= {
         ("platform → silver", 1000), ("platform → silver", 4000), ("platform → gold", 4000)}
+    doc["environment"]["git_changed"] = ["bench/run.py", "spark_jobs/backfill.py"]   # not committed
     paths = report.write(doc, tmp_path, stem="day")
     names = {p.name for p in paths}
     assert {"day.json", "day.md", "day-rates.png", "day-throughput.png", "day-steady.png",
             "day-scale.png", "day-latency.png"} <= names
     text = (tmp_path / "day.md").read_text()
     assert "not measured: worker exited 1 (log: x)" in text
+    assert "(git abc with uncommitted changes to bench/run.py, spark_jobs/backfill.py)" in text
     assert "| platform → silver | 4000 | 300 |" in text
     assert "| platform | silver | 900 | 900 | 900 | yes |" in text
     assert "| platform_x4 | 700 | 900 | 95.00 | — |" in text     # no span, no timeline
