@@ -173,7 +173,9 @@ def build_session(app_name: str, *, master: str | None = None,
 @contextmanager
 def session_conf(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
     """`conf` set on `spark` for the block, and the session's own values back after it (a value
-    the session never had is unset again)."""
+    the session never had is unset again). The settings are the session's, not the thread's:
+    work on other threads of the same session (a test's stream beside its back-fill) runs with
+    them too while the block lasts. A deployed driver, back-fill or refresh has a JVM of its own."""
     before = {key: spark.conf.get(key, None) for key in conf}
     try:
         for key, value in conf.items():
