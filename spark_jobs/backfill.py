@@ -227,18 +227,24 @@ def _reconcile_quarantine(parsed: DataFrame, tables: PipelineTables, pipeline: P
 def _reconcile_gold(spark: SparkSession, tables: PipelineTables, pipeline: Pipeline,
                     date_from: dt.date, date_to: dt.date, hold: Hold) -> bool:
     """Gold of the range = the aggregates of silver, recomputed until nothing differs: the gold
-    query may upsert a window from its own state while this runs, and the next round sees it."""
+    query may upsert a window from its own state while this runs, and the next round sees it. A
+    round after which neither table holds any commit but its own ends it: the next would read
+    the same silver against what this one wrote, and find nothing to change."""
     in_range = date_range("event_date", date_from, date_to)
     # A window starting on the last day may reach into the next one (sliding windows).
     spill = date_range("event_date", date_from, date_to + dt.timedelta(days=1))
     replaced = False
     for _ in range(GOLD_ROUNDS):
-        silver = spark.read.format("delta").load(str(tables.silver)).where(spill)
+        read = latest_version(tables.silver), latest_version(tables.gold)
+        silver = (spark.read.format("delta").option("versionAsOf", read[0]).load(str(tables.silver))
+                  .where(spill))
         windows = transforms.aggregate(silver, pipeline).where(in_range)
         if not reconcile(windows, tables.gold, transforms.gold_key(pipeline), scope=in_range,
                          partition="event_date", before_write=lambda: hold("gold")):
             return replaced
         replaced = True
+        if (latest_version(tables.silver), latest_version(tables.gold)) == (read[0], read[1] + 1):
+            return replaced
     log.warning("%s back-fill %s..%s: gold still changing after %d rounds (the stream is writing "
                 "these dates); the next back-fill or gold batch completes it",
                 pipeline.name, date_from, date_to, GOLD_ROUNDS)

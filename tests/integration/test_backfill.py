@@ -30,7 +30,7 @@ def same_rows(a, b) -> bool:
     return a.exceptAll(b).isEmpty() and b.exceptAll(a).isEmpty()
 
 
-def test_stream_and_backfill_agree_and_backfill_is_idempotent(spark, home):
+def test_stream_and_backfill_agree_and_backfill_is_idempotent(spark, home, monkeypatch):
     pipeline = playback(files_per_trigger=2)
     tables = PipelineTables.of(home, pipeline)
     generate(home.landing("playback"), files=6, sessions_per_file=6, seed=21)
@@ -49,8 +49,14 @@ def test_stream_and_backfill_agree_and_backfill_is_idempotent(spark, home):
     DeltaTable.forPath(spark, str(tables.silver)).delete("event_type = 'heartbeat'")
     table(spark, tables.silver).where("event_type = 'start'").write.format("delta").mode(
         "append").save(str(tables.silver))         # doubled rows: the same key twice
+    aggregated = []
+    real = transforms.aggregate
+    monkeypatch.setattr(transforms, "aggregate", lambda *args: aggregated.append(args) or real(*args))
     result = backfill(spark, pipeline, DAY, DAY, home=home)
+    monkeypatch.undo()
     assert (result.silver_replaced, result.gold_replaced) == (True, True)
+    # no other writer committed meanwhile: gold's first round, which wrote, is its last
+    assert len(aggregated) == 1
     assert same_rows(table(spark, tables.silver), silver_before)
     assert same_rows(table(spark, tables.gold), gold_before)
 
