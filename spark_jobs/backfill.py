@@ -235,15 +235,15 @@ def _reconcile_gold(spark: SparkSession, tables: PipelineTables, pipeline: Pipel
     spill = date_range("event_date", date_from, date_to + dt.timedelta(days=1))
     replaced = False
     for _ in range(GOLD_ROUNDS):
-        read = latest_version(tables.silver), latest_version(tables.gold)
-        silver = (spark.read.format("delta").option("versionAsOf", read[0]).load(str(tables.silver))
+        silver_read, gold_read = latest_version(tables.silver), latest_version(tables.gold)
+        silver = (spark.read.format("delta").option("versionAsOf", silver_read).load(str(tables.silver))
                   .where(spill))
         windows = transforms.aggregate(silver, pipeline).where(in_range)
         if not reconcile(windows, tables.gold, transforms.gold_key(pipeline), scope=in_range,
                          partition="event_date", before_write=lambda: hold("gold")):
             return replaced
         replaced = True
-        if (latest_version(tables.silver), latest_version(tables.gold)) == (read[0], read[1] + 1):
+        if (latest_version(tables.silver), latest_version(tables.gold)) == (silver_read, gold_read + 1):
             return replaced
     log.warning("%s back-fill %s..%s: gold still changing after %d rounds (the stream is writing "
                 "these dates); the next back-fill or gold batch completes it",

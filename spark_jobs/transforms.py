@@ -63,6 +63,8 @@ BRONZE_SCHEMA = StructType([
     StructField("raw_bytes", BinaryType()),
 ])
 BRONZE_KEY = ("source", "position")
+# A parsed line's own text and bytes: bronze and quarantine keep them, silver does not.
+RAW_LINE = ("value", "_raw_bytes")
 EVENT_DATE_HINT = "event_date_hint"
 # Bronze as stored: the source's columns plus the date a back-fill files each line under (see
 # `event_date_hint`), whose per-file min/max statistics let a back-fill read only its dates' files.
@@ -251,12 +253,12 @@ def without_kept_lines(parsed: DataFrame) -> DataFrame:
     only bronze carries gone. A back-fill's day cached so takes 112 MB instead of 377 MB
     (995 k lines, compressed), with nothing spilled (docs/performance.md)."""
     refused = F.col(REASON).isNotNull()
-    return parsed.select(*(F.when(refused, F.col(c)).alias(c) if c in ("value", "_raw_bytes") else c
+    return parsed.select(*(F.when(refused, F.col(c)).alias(c) if c in RAW_LINE else c
                            for c in parsed.columns if c != CARRIED))
 
 
 def valid(parsed: DataFrame) -> DataFrame:
-    return parsed.where(F.col(REASON).isNull()).drop(REASON, "value", "_raw_bytes", CARRIED)
+    return parsed.where(F.col(REASON).isNull()).drop(REASON, *RAW_LINE, CARRIED)
 
 
 def derive(events: DataFrame, pipeline: Pipeline) -> DataFrame:

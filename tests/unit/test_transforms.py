@@ -12,10 +12,8 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from spark_jobs import catalog, transforms
-from spark_jobs.session import session_conf
 
 PLAYBACK = catalog.load("playback")
-CACHE_COMPRESSED = "spark.sql.inMemoryColumnarStorage.compressed"
 T0 = dt.datetime(2026, 11, 20, 10, 0)
 GOOD = {"event_id": "e1", "session_id": "s1", "user_id": "u1", "content_id": "c001",
         "event_type": "start", "event_time": "2026-11-20T10:00:05Z"}
@@ -126,18 +124,6 @@ def test_a_batch_job_keeps_the_raw_line_of_a_refused_line_only(spark):
     assert bytes(rows["f2", 1]._raw_bytes) == raw
     assertDataFrameEqual(transforms.rejects(kept), transforms.rejects(parsed))
     assertDataFrameEqual(transforms.valid(kept), transforms.valid(parsed))
-
-
-def test_settings_set_for_a_block_are_the_sessions_own_again_after_it(spark):
-    """A back-fill, a refresh and a driver set their settings on a session passed in (tests,
-    benchmarks, a notebook) and give it back as it was, even when the block fails."""
-    unset = "spark.weir.test.unset"
-    before = spark.conf.get(CACHE_COMPRESSED)
-    flipped = "false" if before == "true" else "true"
-    with pytest.raises(RuntimeError), session_conf(spark, {CACHE_COMPRESSED: flipped, unset: "x"}):
-        assert (spark.conf.get(CACHE_COMPRESSED), spark.conf.get(unset)) == (flipped, "x")
-        raise RuntimeError("the block failed")
-    assert (spark.conf.get(CACHE_COMPRESSED), spark.conf.get(unset, None)) == (before, None)
 
 
 def test_every_reason_of_a_record_is_given_at_once(spark):
