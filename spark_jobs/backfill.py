@@ -35,6 +35,7 @@ from spark_jobs.quality import rules as row_rules
 from spark_jobs.session import session_conf
 from spark_jobs.tables import (
     Fencing,
+    checkpoint_after_commits,
     commit_nothing,
     delta_version,
     holds_data,
@@ -180,6 +181,9 @@ def _backfill(spark: SparkSession, pipeline: Pipeline, date_from: dt.date, date_
         spark, tables, pipeline, date_from, date_to, hold))
     sessions_replaced = (steps.time("sessions", lambda: _reconcile_sessions(
         spark, tables, pipeline, date_from, date_to, hold)) if tables.sessions is not None else None)
+    # a table's checkpoint is written after its commits, not in one (`tables.CHECKPOINT_INTERVAL`)
+    checkpoint_after_commits(*(p for p in (tables.silver, tables.quarantine, tables.gold,
+                                           tables.sessions) if p is not None))
     log.info("%s back-fill %s..%s from bronze version %d (%d line(s) read): silver %s, quarantine %s, "
              "gold %s in %.1fs (%s)", pipeline.name, date_from, date_to, version, read,
              word(silver_replaced), word(quarantine_replaced), word(gold_replaced), steps.elapsed(), steps)

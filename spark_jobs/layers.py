@@ -9,7 +9,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_jobs.home import REPO_ROOT, WeirHome
-from spark_jobs.tables import add_missing_columns, delta_version, ensure_table
+from spark_jobs.tables import (
+    add_missing_columns,
+    checkpoints_after_commits,
+    delta_version,
+    ensure_table,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -86,6 +91,9 @@ def ensure_tables(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> Pi
             ensure_table(spark, path, schemas[key], [partition])
     # bronze created before `event_date_hint` existed: its old rows read it as null
     add_missing_columns(spark, tables.bronze, transforms.BRONZE_TABLE_SCHEMA)
+    # tables created before their checkpoints were written after commits
+    for path in tables.outputs().values():
+        checkpoints_after_commits(spark, path)
     return tables
 
 

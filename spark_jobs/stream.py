@@ -49,6 +49,7 @@ from spark_jobs.sources import holds_planning
 from spark_jobs.tables import (
     Fencing,
     Inserted,
+    checkpoint_after_commits,
     in_list,
     insert_absent,
     key_ranges,
@@ -170,6 +171,7 @@ class IngestBatch:
             # A write the fencing token made Delta skip (a newer holder committed) is loud here,
             # before Spark records the batch as done.
             fence(p.name)
+            checkpoint_after_commits(*(getattr(t, name) for name in done))
             beside = files_warmed(warmed)
             log.info("%s ingest batch %d: %d source(s), %d reject(s), %d new event(s) under %d date(s) "
                      "(silver's keys read from %d file(s), key hashes from %d, %d of them read: %d "
@@ -231,6 +233,7 @@ class GoldBatch:
             upsert(windows, self.tables.gold, transforms.gold_key(self.pipeline),
                    prune=in_list("event_date", dates), fencing=fencing(self.pipeline.name))
         fence(self.pipeline.name)   # a skipped (fenced) write is loud, see IngestBatch
+        checkpoint_after_commits(self.tables.gold)
         log.info("%s gold batch %d: %d date(s) updated", self.pipeline.name, batch_id, len(dates))
 
     def with_rebuilt_windows_recomputed(self, windows: DataFrame) -> DataFrame:
@@ -287,6 +290,7 @@ class SessionsBatch:
             upsert(rows, self.tables.sessions, key, prune=in_list("event_date", dates),
                    fencing=fencing(self.pipeline.name))
         fence(self.pipeline.name)   # a skipped (fenced) write is loud, see IngestBatch
+        checkpoint_after_commits(self.tables.sessions)
         log.info("%s sessions batch %d: %d date(s) updated", self.pipeline.name, batch_id, len(dates))
 
     def with_rebuilt_sessions_recomputed(self, rows: DataFrame) -> DataFrame:

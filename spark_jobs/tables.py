@@ -281,14 +281,27 @@ def retry_conflicts(action: Callable[[], T], *, what: str, attempts: int = MAX_A
     raise AssertionError("unreachable")
 
 
+# Delta writes a table's checkpoint inside the commit whose version is a multiple of the table's
+# `delta.checkpointInterval`: that commit returns once Spark jobs have rebuilt the table's whole
+# state and written it out, and a micro-batch landing on it waits (every tenth batch, 2-3 s on top
+# of a 1.7 s batch on this machine: the stream's tail latency, docs/performance.md). Weir's tables
+# set the interval out of reach, and their writers write the checkpoint after their commits, as
+# often, with delta-rs (`checkpoint_after_commits`).
+CHECKPOINT_INTERVAL = "delta.checkpointInterval"
+CHECKPOINTS_AFTER_COMMITS = str(2**31 - 1)
+CHECKPOINT_EVERY = 10
+
+
 def ensure_table(spark: SparkSession, path: Path, schema: StructType,
                  partition_by: Iterable[str] = ()) -> None:
-    """Create the Delta table at `path` with `schema` unless it exists."""
+    """Create the Delta table at `path` with `schema` unless it exists, its checkpoints written
+    after commits (`CHECKPOINT_INTERVAL`)."""
     from delta.tables import DeltaTable
 
     if delta_version(path) is not None:
         return
-    builder = DeltaTable.createIfNotExists(spark).location(str(path)).addColumns(schema)
+    builder = (DeltaTable.createIfNotExists(spark).location(str(path)).addColumns(schema)
+               .property(CHECKPOINT_INTERVAL, CHECKPOINTS_AFTER_COMMITS))
     partitions = list(partition_by)
     if partitions:
         builder = builder.partitionedBy(*partitions)
@@ -467,6 +480,67 @@ def add_missing_columns(spark: SparkSession, path: Path, schema: StructType) -> 
     columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
     retry_conflicts(lambda: spark.sql(f"ALTER TABLE {delta_identifier(path)} ADD COLUMNS ({columns})"),
                     what=f"add columns to {path}")
+
+
+def checkpoints_after_commits(spark: SparkSession, path: Path) -> None:
+    """Give the table at `path` the checkpoint interval of Weir's tables (`CHECKPOINT_INTERVAL`)
+    when it has none of its own: a table created by an older version of the code. One metadata
+    commit, once; read from the log with delta-rs, as a driver asks at every start."""
+    if CHECKPOINT_INTERVAL in delta_log(path).metadata().configuration:
+        return
+    retry_conflicts(lambda: spark.sql(
+        f"ALTER TABLE {delta_identifier(path)} SET TBLPROPERTIES "
+        f"('{CHECKPOINT_INTERVAL}' = '{CHECKPOINTS_AFTER_COMMITS}')"),
+        what=f"set {CHECKPOINT_INTERVAL} of {path}")
+
+
+def last_checkpoint(table: Path) -> int | None:
+    """The version of the latest checkpoint of the Delta table at `table`: from
+    `_delta_log/_last_checkpoint`, else (a log without it) from its checkpoint files; None when it
+    has none."""
+    log_dir = Path(table) / "_delta_log"
+    try:
+        return int(json.loads((log_dir / "_last_checkpoint").read_text())["version"])
+    except FileNotFoundError:
+        pass
+    except (ValueError, KeyError, TypeError):   # being replaced as it was read
+        pass
+    versions = [int(p.name.split(".", 1)[0]) for p in log_dir.glob("*.checkpoint*.parquet")
+                if p.name.split(".", 1)[0].isdigit()]
+    return max(versions, default=None)
+
+
+def checkpoint_if_due(path: Path) -> int | None:
+    """Write a checkpoint of the latest version of the table at `path` when it stands
+    `CHECKPOINT_EVERY` or more versions past the last one (past version 0 without one); the
+    version checkpointed, None when none was due. Asking costs a read of `_last_checkpoint` and
+    one file's existence: no listing of the log.
+
+    Written with delta-rs: tens of milliseconds in the calling process, where Delta's own
+    checkpoint (the state rebuilt by Spark jobs, then written by another) took about 3 s on a
+    busy driver, and as long again from the batch it ran beside (docs/performance.md). Its files
+    are Delta's classic checkpoint (each file with its statistics as text, the tables'
+    application transactions), which Spark reads as its own."""
+    since = last_checkpoint(path) or 0
+    if not (Path(path) / "_delta_log" / f"{since + CHECKPOINT_EVERY:020d}.json").is_file():
+        return None
+    table = delta_log(path, files=True)
+    table.create_checkpoint()
+    return int(table.version())
+
+
+def checkpoint_after_commits(*paths: Path) -> None:
+    """The checkpoint of each table at `paths` that a writer's commits made due
+    (`checkpoint_if_due`). One that fails is logged, not raised: the commits stand, and the table
+    stays readable from its log until the next one."""
+    for path in paths:
+        try:
+            version = checkpoint_if_due(path)
+        except Exception as err:
+            log.warning("checkpoint of %s not written: %s", path, (str(err).splitlines() or [err])[0])
+            continue
+        if version is not None:
+            log.info("checkpoint of %s written at version %d", path, version)
 
 
 OP = "_weir_op"

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables
-from spark_jobs.tables import delta_version, java_strings, retry_conflicts
+from spark_jobs.tables import checkpoint_after_commits, delta_version, java_strings, retry_conflicts
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -88,6 +88,7 @@ def maintain(spark: SparkSession, pipeline: Pipeline, home: WeirHome, *,
             continue
         done = compact(spark, path, order)
         DeltaTable.forPath(spark, str(path)).vacuum(float(retain_hours))
+        checkpoint_after_commits(path)   # written after commits, not in one (`tables`)
         result[layer] = {"files_added": done.files_added, "files_removed": done.files_removed,
                          "sorted_by": list(order), "retain_hours": retain_hours}
         log.info("%s %s maintained: %s", pipeline.name, layer, result[layer])
