@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 from spark_jobs.home import REPO_ROOT, WeirHome
 from spark_jobs.tables import (
     add_missing_columns,
-    checkpoints_after_commits,
     delta_version,
     ensure_table,
+    keep_checkpoints_out_of_commits,
 )
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ def ensure_tables(spark: SparkSession, home: WeirHome, pipeline: Pipeline) -> Pi
     add_missing_columns(spark, tables.bronze, transforms.BRONZE_TABLE_SCHEMA)
     # tables created before their checkpoints were written after commits
     for path in tables.outputs().values():
-        checkpoints_after_commits(spark, path)
+        keep_checkpoints_out_of_commits(spark, path)
     return tables
 
 

@@ -288,7 +288,7 @@ def retry_conflicts(action: Callable[[], T], *, what: str, attempts: int = MAX_A
 # set the interval out of reach, and their writers write the checkpoint after their commits, as
 # often, with delta-rs (`checkpoint_after_commits`).
 CHECKPOINT_INTERVAL = "delta.checkpointInterval"
-CHECKPOINTS_AFTER_COMMITS = str(2**31 - 1)
+INTERVAL_OUT_OF_REACH = str(2**31 - 1)
 CHECKPOINT_EVERY = 10
 
 
@@ -301,7 +301,7 @@ def ensure_table(spark: SparkSession, path: Path, schema: StructType,
     if delta_version(path) is not None:
         return
     builder = (DeltaTable.createIfNotExists(spark).location(str(path)).addColumns(schema)
-               .property(CHECKPOINT_INTERVAL, CHECKPOINTS_AFTER_COMMITS))
+               .property(CHECKPOINT_INTERVAL, INTERVAL_OUT_OF_REACH))
     partitions = list(partition_by)
     if partitions:
         builder = builder.partitionedBy(*partitions)
@@ -482,15 +482,15 @@ def add_missing_columns(spark: SparkSession, path: Path, schema: StructType) -> 
                     what=f"add columns to {path}")
 
 
-def checkpoints_after_commits(spark: SparkSession, path: Path) -> None:
+def keep_checkpoints_out_of_commits(spark: SparkSession, path: Path) -> None:
     """Give the table at `path` the checkpoint interval of Weir's tables (`CHECKPOINT_INTERVAL`)
     when it has none of its own: a table created by an older version of the code. One metadata
-    commit, once; read from the log with delta-rs, as a driver asks at every start."""
+    commit, once; asked of the log with delta-rs, as a driver asks at every start."""
     if CHECKPOINT_INTERVAL in delta_log(path).metadata().configuration:
         return
     retry_conflicts(lambda: spark.sql(
         f"ALTER TABLE {delta_identifier(path)} SET TBLPROPERTIES "
-        f"('{CHECKPOINT_INTERVAL}' = '{CHECKPOINTS_AFTER_COMMITS}')"),
+        f"('{CHECKPOINT_INTERVAL}' = '{INTERVAL_OUT_OF_REACH}')"),
         what=f"set {CHECKPOINT_INTERVAL} of {path}")
 
 
@@ -501,9 +501,7 @@ def last_checkpoint(table: Path) -> int | None:
     log_dir = Path(table) / "_delta_log"
     try:
         return int(json.loads((log_dir / "_last_checkpoint").read_text())["version"])
-    except FileNotFoundError:
-        pass
-    except (ValueError, KeyError, TypeError):   # being replaced as it was read
+    except (FileNotFoundError, ValueError, KeyError, TypeError):   # none, or being replaced
         pass
     versions = [int(p.name.split(".", 1)[0]) for p in log_dir.glob("*.checkpoint*.parquet")
                 if p.name.split(".", 1)[0].isdigit()]

@@ -14,12 +14,12 @@ from spark_jobs.layers import PipelineTables
 from spark_jobs.tables import (
     CHECKPOINT_EVERY,
     CHECKPOINT_INTERVAL,
-    CHECKPOINTS_AFTER_COMMITS,
+    INTERVAL_OUT_OF_REACH,
     checkpoint_after_commits,
-    checkpoints_after_commits,
     delta_log,
     delta_version,
     ensure_table,
+    keep_checkpoints_out_of_commits,
     last_checkpoint,
 )
 from tests.helpers import assert_exactly_once, landing_keys, table
@@ -42,7 +42,7 @@ def test_a_checkpoint_is_written_after_the_commits_and_spark_reads_the_table_fro
     path = tmp_path / "t"
     ensure_table(spark, path, spark.range(0).selectExpr("id", "CAST(id % 2 AS INT) AS part").schema,
                  ["part"])
-    assert delta_log(path).metadata().configuration[CHECKPOINT_INTERVAL] == CHECKPOINTS_AFTER_COMMITS
+    assert delta_log(path).metadata().configuration[CHECKPOINT_INTERVAL] == INTERVAL_OUT_OF_REACH
     for n in range(1, CHECKPOINT_EVERY + 3):   # each an application's transaction, as fenced writes
         (spark.range(n * 10, n * 10 + 10).selectExpr("id", "CAST(id % 2 AS INT) AS part")
          .write.format("delta").mode("append").option("txnAppId", APP).option("txnVersion", n)
@@ -72,10 +72,10 @@ def test_a_table_from_before_gets_the_interval_once_and_keeps_its_rows(
         spark: SparkSession, tmp_path: Path) -> None:
     path = tmp_path / "old"
     spark.range(5).write.format("delta").save(str(path))   # no interval of its own
-    checkpoints_after_commits(spark, path)
-    assert delta_log(path).metadata().configuration[CHECKPOINT_INTERVAL] == CHECKPOINTS_AFTER_COMMITS
+    keep_checkpoints_out_of_commits(spark, path)
+    assert delta_log(path).metadata().configuration[CHECKPOINT_INTERVAL] == INTERVAL_OUT_OF_REACH
     version = delta_version(path)
-    checkpoints_after_commits(spark, path)
+    keep_checkpoints_out_of_commits(spark, path)
     assert delta_version(path) == version, "set once"
     assert sorted(r.id for r in table(spark, path).collect()) == [0, 1, 2, 3, 4]
 
