@@ -19,8 +19,11 @@ side, the `LandingPlanner` it calls through py4j (`read_stream` wires the two):
 * **Admission control**: the default read limit is ``maxBytesPerTrigger``; one file larger than
   the bound is split over several micro-batches. ``Trigger.AvailableNow`` is supported: the
   target is fixed when the trigger starts and reached in bounded batches.
-* **Partitions** are byte ranges of at most ``maxBytesPerPartition`` (consecutive small files are
-  packed into one partition), so several tasks read in parallel.
+* **Partitions** are byte ranges of at most ``maxBytesPerPartition``, cut across file boundaries
+  (consecutive small files share a partition, a large file spans several). A batch is cut into at
+  least as many tasks as the JVM side asks for (the cluster's cores, as Spark's own file source
+  plans), each of at least ``minBytesPerPartition``, and evenly: a running stream's small batches
+  are parsed on every core, not on one.
 * **Lines** follow Hadoop's ``LineRecordReader`` convention, so a line's identity does not depend
   on where batch or partition boundaries fall: the range ``[a, b)`` owns exactly the lines whose
   first byte lies in ``[a, b)``. A task fails when a file's size or modification time is not the
@@ -68,6 +71,9 @@ if TYPE_CHECKING:
 JVM_SOURCE = "weir.LandingSource"
 DEFAULT_MAX_BYTES_PER_TRIGGER = 128 << 20
 DEFAULT_MAX_BYTES_PER_PARTITION = 16 << 20
+# A task this small parses in well under a tenth of a second: cutting a batch finer only writes
+# more files per table and batch.
+DEFAULT_MIN_BYTES_PER_PARTITION = 1 << 20
 
 @dataclass(frozen=True)
 class FileRange:
@@ -85,26 +91,36 @@ class LandingPartition:
     ranges: tuple[FileRange, ...]
 
 
-def plan_partitions(entries: Sequence[FileEntry], start: Position, end: Position,
-                    max_partition_bytes: int) -> list[LandingPartition]:
+def plan_partitions(entries: Sequence[FileEntry], start: Position, end: Position, *,
+                    max_bytes: int, min_bytes: int = 1, min_partitions: int = 1) -> list[LandingPartition]:
+    """The tasks reading `(start, end]`: its bytes, in manifest order, cut into equal ranges. As
+    few as keep each within `max_bytes`, and at least `min_partitions` as long as each holds
+    `min_bytes` (a batch of a few hundred kilobytes is one task, however many cores there are)."""
     ranges: list[FileRange] = []
     for i in range(start.file, min(end.file + 1, len(entries))):
         entry = entries[i]
         a = start.byte if i == start.file else 0
         b = end.byte if i == end.file else entry.size
-        while a < b:  # empty files and empty ranges own no line
-            step = min(b, a + max_partition_bytes)
-            ranges.append(FileRange(entry, a, step))
-            a = step
+        if a < b:  # empty files and empty ranges own no line
+            ranges.append(FileRange(entry, a, b))
+    total = sum(r.end - r.start for r in ranges)
+    if not total:
+        return []
+    count = max(-(-total // max_bytes), min(min_partitions, total // max(min_bytes, 1)), 1)
+    size = -(-total // count)
     parts: list[LandingPartition] = []
     group: list[FileRange] = []
-    size = 0
+    room = size
     for r in ranges:
-        if group and size + (r.end - r.start) > max_partition_bytes:
-            parts.append(LandingPartition(tuple(group)))
-            group, size = [], 0
-        group.append(r)
-        size += r.end - r.start
+        a = r.start
+        while a < r.end:
+            step = min(r.end, a + room)
+            group.append(FileRange(r.entry, a, step))
+            room -= step - a
+            a = step
+            if not room:
+                parts.append(LandingPartition(tuple(group)))
+                group, room = [], size
     if group:
         parts.append(LandingPartition(tuple(group)))
     return parts
@@ -146,6 +162,8 @@ class LandingPlanner:
             options, "maxBytesPerPartition", DEFAULT_MAX_BYTES_PER_PARTITION)
         if self.max_bytes_per_partition > 1 << 30:  # a task's range is held in one JVM byte array
             raise ValueError("the landing source's maxBytesPerPartition must be at most 1g")
+        self.min_bytes_per_partition = min(self.max_bytes_per_partition, _size_option(
+            options, "minBytesPerPartition", DEFAULT_MIN_BYTES_PER_PARTITION))
         files = options.get("maxFilesPerTrigger")
         self.max_files_per_trigger = int(files) if files else None
         self._manifest: Manifest | None = None
@@ -204,9 +222,11 @@ class LandingPlanner:
             return None
         return self._offset(self._target or Position(len(self.manifest), 0))
 
-    def partitions(self, start: str, end: str) -> str:
+    def partitions(self, start: str, end: str, min_partitions: int) -> str:
         begin, stop = self._checked(json.loads(start)), self._checked(json.loads(end))
-        parts = plan_partitions(self.manifest.entries, begin, stop, self.max_bytes_per_partition)
+        parts = plan_partitions(self.manifest.entries, begin, stop,
+                                max_bytes=self.max_bytes_per_partition,
+                                min_bytes=self.min_bytes_per_partition, min_partitions=min_partitions)
         return json.dumps([[{"path": r.entry.path, "source": r.entry.source, "size": r.entry.size,
                              "mtime_ns": r.entry.mtime_ns, "start": r.start, "end": r.end}
                             for r in part.ranges] for part in parts])
@@ -219,7 +239,8 @@ def read_stream(spark: SparkSession, options: Mapping[str, str],
                 stopping: threading.Event | None = None) -> DataFrame:
     """The landing folder `options["path"]` as a stream of lines (the rows above), planned by a
     `LandingPlanner` over `options` (`path`, `manifest`, and optionally `maxBytesPerTrigger`,
-    `maxBytesPerPartition`, `maxFilesPerTrigger`) that plans nothing more once `stopping` is set."""
+    `maxBytesPerPartition`, `minBytesPerPartition`, `maxFilesPerTrigger`) that plans nothing more
+    once `stopping` is set."""
     from pyspark.java_gateway import ensure_callback_server_started
 
     planner = LandingPlanner(options, stopping)

@@ -14,7 +14,7 @@ import time
 import pytest
 from pyspark.sql import functions as F
 
-from spark_jobs import stream, transforms
+from spark_jobs import landing, stream, transforms
 from spark_jobs.control import progress
 from spark_jobs.generator import generate, write_lines
 from spark_jobs.layers import PipelineTables
@@ -80,6 +80,25 @@ def test_a_backlog_is_split_into_bounded_batches_and_progress_counts_lines(spark
     lines_per_batch_max = (bound + largest_line) // min(
         len(line) + 1 for f in written.files for line in f.read_bytes().split(b"\n") if line)
     assert max(r["num_input_rows"] for r in batches) <= lines_per_batch_max
+
+
+def test_a_batch_is_cut_over_the_cores_inside_its_files_and_reads_each_line_once(spark, tmp_path):
+    written = generate(tmp_path / "landing", files=3, sessions_per_file=6, seed=23)
+    options = {"path": str(tmp_path / "landing"), "manifest": str(tmp_path / "manifest"),
+               "minBytesPerPartition": "1k"}
+    batches: list[tuple[int, list]] = []
+
+    def collect(batch, batch_id):
+        batches.append((batch.rdd.getNumPartitions(), batch.select("source", "position").collect()))
+
+    query = (landing.read_stream(spark, options).writeStream.foreachBatch(collect)
+             .trigger(availableNow=True).option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .start())
+    query.awaitTermination()
+    assert [tasks for tasks, _ in batches] == [spark.sparkContext.defaultParallelism], \
+        "one batch, as many tasks as the session has cores"
+    lines = [(row["source"], row["position"]) for row in batches[0][1]]
+    assert len(lines) == len(set(lines)) and set(lines) == landing_keys(written.files)
 
 
 def test_hostile_files_are_accounted_for_line_by_line(spark, home):

@@ -20,7 +20,8 @@ public interface LandingPlanner {
 
   void prepareForTriggerAvailableNow();
 
-  /** The tasks reading {@code (start, end]}: a JSON list of partitions, each a list of file
-   * ranges {@code {"path", "source", "size", "mtime_ns", "start", "end"}}. */
-  String partitions(String start, String end);
+  /** The tasks reading {@code (start, end]}, at least {@code minPartitions} of them where the
+   * range is large enough: a JSON list of partitions, each a list of file ranges
+   * {@code {"path", "source", "size", "mtime_ns", "start", "end"}}. */
+  String partitions(String start, String end, int minPartitions);
 }

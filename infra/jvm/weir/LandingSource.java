@@ -21,6 +21,8 @@ import java.util.Set;
 import java.util.UUID;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
+import org.apache.spark.sql.RuntimeConfig;
+import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.connector.catalog.SupportsRead;
@@ -45,6 +47,7 @@ import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 import org.apache.spark.unsafe.types.UTF8String;
+import scala.Option;
 
 /**
  * Weir's landing source: the lines of a landing folder's files, read in the JVM in bounded
@@ -201,7 +204,8 @@ public final class LandingSource implements TableProvider {
     public InputPartition[] planInputPartitions(Offset start, Offset end) {
       try {
         List<InputPartition> parts = new ArrayList<>();
-        for (JsonNode part : JSON.readTree(planner.partitions(start.json(), end.json()))) {
+        String planned = planner.partitions(start.json(), end.json(), minPartitions());
+        for (JsonNode part : JSON.readTree(planned)) {
           List<FileRange> ranges = new ArrayList<>();
           for (JsonNode r : part) {
             ranges.add(new FileRange(r.get("path").asText(), r.get("source").asText(),
@@ -214,6 +218,21 @@ public final class LandingSource implements TableProvider {
       } catch (IOException e) {
         throw new UncheckedIOException(e);
       }
+    }
+
+    /**
+     * How many tasks a batch is cut into at least, as Spark's file source plans them
+     * ({@code FilePartition.maxSplitBytes}): {@code spark.sql.files.minPartitionNum}, else the
+     * session's leaf-node parallelism, by default the cluster's cores.
+     */
+    private static int minPartitions() {
+      RuntimeConfig conf = SparkSession.active().conf();
+      Option<String> set = conf.getOption("spark.sql.files.minPartitionNum");
+      if (set.isEmpty()) {
+        set = conf.getOption("spark.sql.leafNodeDefaultParallelism");
+      }
+      return set.isDefined() ? Integer.parseInt(set.get().trim())
+          : SparkSession.active().sparkContext().defaultParallelism();
     }
 
     @Override
