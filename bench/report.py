@@ -136,6 +136,9 @@ def summarise(doc: Document) -> dict[str, Any]:
         # the bare job at the same rate and trigger: the latency Spark and a Delta append reach here
         "bare_latency_p50_s": _result(doc, "bare_latency").get("p50_s"),
         "bare_latency_p99_s": _result(doc, "bare_latency").get("p99_s"),
+        # the lines that landed in the first seconds after the start, while the JIT compiled
+        "latency_after_start_p99_s": latency.get("after_start_p99_s"),
+        "bare_latency_after_start_p99_s": _result(doc, "bare_latency").get("after_start_p99_s"),
         "recovery_detection_s": recovery.get("detection_s"),
         "recovery_first_commit_s": recovery.get("first_commit_s"),
         "dq_s_per_million_rows": dq.get("seconds_per_million_rows"),
@@ -160,7 +163,7 @@ def summarise(doc: Document) -> dict[str, Any]:
         goal("platform vs bare job, Kafka → silver (backlog, same records)", ">= 0.5x",
              ratios["kafka_platform_silver_vs_bare"], lambda v: v >= 0.5,
              _why(doc, "bare_kafka" if rates["platform_kafka"] else "platform_kafka")),
-        goal("p99 latency at half load, 1 s trigger", "<= 3 s", others["latency_p99_s"],
+        goal("p99 latency at half load, 1 s trigger, running stream", "<= 3 s", others["latency_p99_s"],
              lambda v: v <= 3.0, _why(doc, "latency")),
         goal("recovery: kill -9 → first committed batch of the successor", "<= 45 s",
              others["recovery_first_commit_s"], lambda v: v <= 45.0, _why(doc, "recovery")),
@@ -410,6 +413,11 @@ def markdown_summary(doc: Document) -> str:
                           f"{lat.get('batches')} micro-batches, p50 {_fmt(lat.get('p50_s'), ' s')}, "
                           f"p90 {_fmt(lat.get('p90_s'), ' s')}, p99 {_fmt(lat.get('p99_s'), ' s')}, "
                           f"max {_fmt(lat.get('max_s'), ' s')}."]
+            if lat.get("after_start_events"):
+                lines[-1] += (f" The {lat.get('after_start_events')} events written in the first "
+                              f"{_fmt(lat.get('settle_s'), ' s')} after the start (not in these "
+                              f"numbers): p50 {_fmt(lat.get('after_start_p50_s'), ' s')}, "
+                              f"p99 {_fmt(lat.get('after_start_p99_s'), ' s')}.")
     profile = _result(doc, "ingest_profile")
     if profile.get("steps_s"):
         lines += ["", f"## Where an ingest micro-batch spends its time ({profile.get('lines')} lines, "
