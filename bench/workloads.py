@@ -31,6 +31,7 @@ import datetime as dt
 import itertools
 import json
 import logging
+import math
 import os
 import random
 import re
@@ -719,14 +720,22 @@ def one_batch_of_files(data: Dataset, pipeline: Pipeline) -> list[Path]:
 
 
 class LandingWriter(threading.Thread):
-    """Writes playback events into a landing folder at a fixed rate, one small file every
-    `interval_s`, and remembers when each event became visible there (the rename)."""
+    """Moves files of playback events into a landing folder at a fixed rate, one every
+    `interval_s`, and remembers when each event became visible there (the rename).
+
+    The files are written beforehand (`prepare`), beside the landing folder: generating and
+    serialising the events as they were due took about 0.4 of a core, in the Python process of
+    the driver under measurement, whose foreachBatch then waited for the interpreter's lock
+    (py-spy, 2026-12-02)."""
 
     def __init__(self, landing: Path, rate: float, interval_s: float = 0.25, seed: int = 7) -> None:
         super().__init__(name="landing-writer", daemon=True)
         self.landing, self.rate, self.interval_s = landing, rate, interval_s
+        self.staging = landing.with_name(f".{landing.name}-staged")
         self.rng = random.Random(seed)
+        self.files: list[tuple[Path, list[str]]] = []
         self.written_at: dict[str, float] = {}
+        self.exhausted = False
         self.stop_event = threading.Event()
 
     def events(self) -> Any:
@@ -736,24 +745,32 @@ class LandingWriter(threading.Thread):
             now = dt.datetime.now(dt.UTC)
             yield from session_events(self.rng, now, 40, "lat")
 
-    def run(self) -> None:
+    def prepare(self, seconds: float) -> None:
+        """Write the files of `seconds` of events (and a fifth more) into the staging folder."""
         from spark_jobs.generator import write_lines
 
-        events, index, owed = self.events(), 0, 0.0
-        next_at = time.monotonic()
-        while not self.stop_event.is_set():
+        events, owed = self.events(), 0.0
+        for index in range(math.ceil(1.2 * seconds / self.interval_s)):
             owed += self.rate * self.interval_s
             batch = [next(events) for _ in range(int(owed))]
             owed -= len(batch)
             if batch:
-                write_lines(self.landing, f"lat-{index:06d}.jsonl",
-                            [json.dumps(e, separators=(",", ":")) for e in batch])
-                visible = time.time()
-                for e in batch:     # a resent event (the generator's duplicates): its first landing
-                    self.written_at.setdefault(str(e["event_id"]), visible)
-                index += 1
+                path = write_lines(self.staging, f"lat-{index:06d}.jsonl",
+                                   [json.dumps(e, separators=(",", ":")) for e in batch])
+                self.files.append((path, [str(e["event_id"]) for e in batch]))
+
+    def run(self) -> None:
+        next_at = time.monotonic()
+        for path, event_ids in self.files:
+            if self.stop_event.is_set():
+                return
+            os.replace(path, self.landing / path.name)
+            visible = time.time()
+            for event_id in event_ids:  # a resent event (the generator's duplicates): its first landing
+                self.written_at.setdefault(event_id, visible)
             next_at += self.interval_s
             self.stop_event.wait(max(0.0, next_at - time.monotonic()))
+        self.exhausted = not self.stop_event.is_set()
 
 
 def latency_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
@@ -792,6 +809,7 @@ def measure_latency(spark: SparkSession, spec: Spec, landing: Path, table: Path,
     rate = float(spec.params["rate"])
     duration_s, settle_s = float(spec.params["duration_s"]), float(spec.params["settle_s"])
     writer = LandingWriter(landing, rate)
+    writer.prepare(settle_s + duration_s)
     query = start()
     try:
         # Steady state only: the query's first batch (code generation, first MERGEs) is not latency.
@@ -805,6 +823,8 @@ def measure_latency(spark: SparkSession, spec: Spec, landing: Path, table: Path,
         time.sleep(settle_s + duration_s)
         writer.stop_event.set()
         writer.join()
+        if writer.exhausted:
+            raise RuntimeError("the landing writer ran out of prepared files before the run ended")
         query.processAllAvailable()
     finally:
         query.stop()
