@@ -415,7 +415,7 @@ def markdown_summary(doc: Document) -> str:
                           f"max {_fmt(lat.get('max_s'), ' s')}."]
             if lat.get("after_start_events"):
                 lines[-1] += (f" The {lat.get('after_start_events')} events written in the first "
-                              f"{_fmt(lat.get('settle_s'), ' s')} after the start (not in these "
+                              f"{lat.get('settle_s') or 0:.0f} s after the start (not in these "
                               f"numbers): p50 {_fmt(lat.get('after_start_p50_s'), ' s')}, "
                               f"p99 {_fmt(lat.get('after_start_p99_s'), ' s')}.")
     profile = _result(doc, "ingest_profile")
