@@ -93,7 +93,9 @@ class FileSource:
 
     A micro-batch takes at most `max_bytes_per_trigger` bytes of input (a larger file spans
     several batches), and at most `max_files_per_trigger` files when that is set; one task reads
-    at most `max_bytes_per_partition`. Memory is bounded by these, never by the input's size."""
+    at most `max_bytes_per_partition`, and a batch is cut evenly over the cluster's cores in tasks
+    of at least a megabyte (`spark_jobs.landing`). Memory is bounded by these, never by the
+    input's size."""
 
     kind: Literal["files"] = "files"
     max_bytes_per_trigger: int = 128 << 20
