@@ -202,12 +202,12 @@ def run_stream(query: StreamingQuery) -> None:
 
 
 class FileFeeder(threading.Thread):
-    """Steady arrival: hard-links the dataset's files into a landing folder one by one, every
-    `interval_s` (a hard link appears complete at once, as a rename does), remembering when."""
+    """Timed arrival: hard-links `files` into a landing folder one by one, every `interval_s` (a
+    hard link appears complete at once, as a rename does), remembering when each arrived."""
 
-    def __init__(self, data: Dataset, landing: Path, interval_s: float) -> None:
+    def __init__(self, files: list[Path], landing: Path, interval_s: float) -> None:
         super().__init__(name="file-feeder", daemon=True)
-        self.files = sorted(Path(data.path).iterdir())
+        self.files = files
         self.landing, self.interval_s = landing, interval_s
         self.arrived: list[float] = []
         self.stop_event = threading.Event()
@@ -221,6 +221,11 @@ class FileFeeder(threading.Thread):
             os.link(source, self.landing / source.name)
             self.arrived.append(time.time())
             next_at += self.interval_s
+
+    @classmethod
+    def of(cls, data: Dataset, landing: Path, interval_s: float) -> FileFeeder:
+        """Steady arrival of the dataset's files."""
+        return cls(sorted(Path(data.path).iterdir()), landing, interval_s)
 
 
 def wait_until(what: str, done: Callable[[], bool], timeout_s: float, alive: Callable[[], bool]) -> None:
@@ -407,7 +412,7 @@ def bare_steady_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) 
     landing, root = home.landing(PIPELINE), home.root / "bare"
     landing.mkdir(parents=True)
     query = bare_query(spark, landing, root, trigger=playback().trigger_interval)
-    feeder = FileFeeder(data, landing, float(spec.params["interval_s"]))
+    feeder = FileFeeder.of(data, landing, float(spec.params["interval_s"]))
     try:
         feeder.start()
         wait_until("every line in the bare table", lambda: rows_committed(root / "events") >= data.lines,
@@ -719,9 +724,9 @@ def one_batch_of_files(data: Dataset, pipeline: Pipeline) -> list[Path]:
     return chosen
 
 
-class LandingWriter(threading.Thread):
-    """Moves files of playback events into a landing folder at a fixed rate, one every
-    `interval_s`, and remembers when each event became visible there (the rename).
+class LandingWriter:
+    """Files of playback events at a fixed rate, one every `interval_s`, for a `FileFeeder` to
+    bring into a landing folder; when each event became visible there is that of its file.
 
     The files are written beforehand (`prepare`), beside the landing folder: generating and
     serialising the events as they were due took about 0.4 of a core, in the Python process of
@@ -729,14 +734,11 @@ class LandingWriter(threading.Thread):
     (py-spy, 2026-12-02)."""
 
     def __init__(self, landing: Path, rate: float, interval_s: float = 0.25, seed: int = 7) -> None:
-        super().__init__(name="landing-writer", daemon=True)
         self.landing, self.rate, self.interval_s = landing, rate, interval_s
         self.staging = landing.with_name(f".{landing.name}-staged")
         self.rng = random.Random(seed)
-        self.files: list[tuple[Path, list[str]]] = []
-        self.written_at: dict[str, float] = {}
-        self.exhausted = False
-        self.stop_event = threading.Event()
+        self.files: list[Path] = []
+        self.event_ids: list[list[str]] = []
 
     def events(self) -> Any:
         from spark_jobs.generator import session_events
@@ -745,8 +747,9 @@ class LandingWriter(threading.Thread):
             now = dt.datetime.now(dt.UTC)
             yield from session_events(self.rng, now, 40, "lat")
 
-    def prepare(self, seconds: float) -> None:
-        """Write the files of `seconds` of events (and a fifth more) into the staging folder."""
+    def prepare(self, seconds: float) -> FileFeeder:
+        """Write the files of `seconds` of events (and a fifth more) into the staging folder; the
+        feeder that brings them into landing."""
         from spark_jobs.generator import write_lines
 
         events, owed = self.events(), 0.0
@@ -755,22 +758,19 @@ class LandingWriter(threading.Thread):
             batch = [next(events) for _ in range(int(owed))]
             owed -= len(batch)
             if batch:
-                path = write_lines(self.staging, f"lat-{index:06d}.jsonl",
-                                   [json.dumps(e, separators=(",", ":")) for e in batch])
-                self.files.append((path, [str(e["event_id"]) for e in batch]))
+                self.files.append(write_lines(self.staging, f"lat-{index:06d}.jsonl",
+                                              [json.dumps(e, separators=(",", ":")) for e in batch]))
+                self.event_ids.append([str(e["event_id"]) for e in batch])
+        return FileFeeder(self.files, self.landing, self.interval_s)
 
-    def run(self) -> None:
-        next_at = time.monotonic()
-        for path, event_ids in self.files:
-            if self.stop_event.is_set():
-                return
-            os.replace(path, self.landing / path.name)
-            visible = time.time()
-            for event_id in event_ids:  # a resent event (the generator's duplicates): its first landing
-                self.written_at.setdefault(event_id, visible)
-            next_at += self.interval_s
-            self.stop_event.wait(max(0.0, next_at - time.monotonic()))
-        self.exhausted = not self.stop_event.is_set()
+    def written_at(self, arrived: list[float]) -> dict[str, float]:
+        """Event id → when it became visible in landing, given when each file `arrived` (a resent
+        event, one of the generator's duplicates: its first landing)."""
+        at: dict[str, float] = {}
+        for event_ids, visible in zip(self.event_ids, arrived, strict=False):
+            for event_id in event_ids:
+                at.setdefault(event_id, visible)
+        return at
 
 
 def latency_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
@@ -809,7 +809,7 @@ def measure_latency(spark: SparkSession, spec: Spec, landing: Path, table: Path,
     rate = float(spec.params["rate"])
     duration_s, settle_s = float(spec.params["duration_s"]), float(spec.params["settle_s"])
     writer = LandingWriter(landing, rate)
-    writer.prepare(settle_s + duration_s)
+    feeder = writer.prepare(settle_s + duration_s)
     query = start()
     try:
         # Steady state only: the query's first batch (code generation, first MERGEs) is not latency.
@@ -818,29 +818,30 @@ def measure_latency(spark: SparkSession, spec: Spec, landing: Path, table: Path,
         first = list(itertools.islice(writer.events(), 10))
         write_lines(landing, "lat-warmup.jsonl", [json.dumps(e) for e in first])
         query.processAllAvailable()
-        writer.start()
+        feeder.start()
         measured_from = time.time() + settle_s
         time.sleep(settle_s + duration_s)
-        writer.stop_event.set()
-        writer.join()
-        if writer.exhausted:
+        if not feeder.is_alive():
             raise RuntimeError("the landing writer ran out of prepared files before the run ended")
+        feeder.stop_event.set()
+        feeder.join()
         query.processAllAvailable()
     finally:
         query.stop()
+    written_at = writer.written_at(feeder.arrived)
     visible_by_file = delta_log.visible_at_by_file(table)
     visible: dict[str, float] = {}
     for event_id, path in (spark.read.format("delta").load(str(table))
                            .select("event_id", "_metadata.file_path").collect()):
         at = visible_by_file.get(Path(path).name)
-        if at is not None and event_id in writer.written_at:
+        if at is not None and event_id in written_at:
             visible[event_id] = min(at, visible.get(event_id, at))
-    latencies = sorted(at - writer.written_at[event_id] for event_id, at in visible.items()
-                       if writer.written_at[event_id] >= measured_from)
+    latencies = sorted(at - written_at[event_id] for event_id, at in visible.items()
+                       if written_at[event_id] >= measured_from)
     # the lines that landed while the driver's JIT was still compiling: what a restart costs
-    after_start = sorted(at - writer.written_at[event_id] for event_id, at in visible.items()
-                         if writer.written_at[event_id] < measured_from)
-    written = sum(1 for t in writer.written_at.values() if t >= measured_from)
+    after_start = sorted(at - written_at[event_id] for event_id, at in visible.items()
+                         if written_at[event_id] < measured_from)
+    written = sum(1 for t in written_at.values() if t >= measured_from)
     batches = batches_of(query.recentProgress)
     return {"rate": rate, "events_measured": len(latencies), "events_written": written,
             "p50_s": quantile(latencies, 0.50), "p90_s": quantile(latencies, 0.90),
@@ -973,7 +974,7 @@ def platform_steady_once(spec: Spec, data: Dataset, name: str) -> Result:
     landing.mkdir(parents=True)
     log_path = driver_log(spec, name)
     driver = weir_driver(home, log_path, once=False)
-    feeder = FileFeeder(data, landing, float(spec.params["interval_s"]))
+    feeder = FileFeeder.of(data, landing, float(spec.params["interval_s"]))
     try:
         # The feed starts once the driver has its tables: arrival is timed, not JVM start-up.
         wait_until("the driver created silver", lambda: delta_version(silver) is not None,

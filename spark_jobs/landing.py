@@ -106,7 +106,7 @@ def plan_partitions(entries: Sequence[FileEntry], start: Position, end: Position
     total = sum(r.end - r.start for r in ranges)
     if not total:
         return []
-    count = max(-(-total // max_bytes), min(min_partitions, total // max(min_bytes, 1)), 1)
+    count = max(-(-total // max_bytes), min(min_partitions, total // min_bytes), 1)
     size = -(-total // count)
     parts: list[LandingPartition] = []
     group: list[FileRange] = []
