@@ -16,7 +16,7 @@ class Commit:
     visible_at: float                      # mtime of the log entry: when readers could see it
     operation: str
     rows_added: int
-    files_added: tuple[str, ...] = field(default=())
+    files_added: tuple[str, ...] = field(default=())   # paths within the table
 
 
 def commits(table: Path) -> list[Commit]:
@@ -30,7 +30,7 @@ def commits(table: Path) -> list[Commit]:
             action = json.loads(line)
             if "add" in action:
                 add = action["add"]
-                files.append(Path(unquote(add["path"])).name)
+                files.append(unquote(add["path"]))
                 stats = json.loads(add.get("stats") or "{}")
                 rows += int(stats.get("numRecords", 0))
             elif "commitInfo" in action:
@@ -39,6 +39,14 @@ def commits(table: Path) -> list[Commit]:
     return out
 
 
-def visible_at_by_file(table: Path) -> dict[str, float]:
-    """Data file name → when the commit that added it became visible."""
-    return {name: c.visible_at for c in commits(table) for name in c.files_added}
+def first_visible(table: Path, column: str) -> dict[object, float]:
+    """Each value of `column` → when the first commit that added a row holding it became visible
+    (each added file read, that column only)."""
+    import pyarrow.parquet as pq
+
+    seen: dict[object, float] = {}
+    for commit in commits(table):
+        for path in commit.files_added:
+            for value in pq.read_table(table / path, columns=[column]).column(column).to_pylist():
+                seen.setdefault(value, commit.visible_at)
+    return seen

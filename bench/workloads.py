@@ -773,16 +773,76 @@ class LandingWriter:
         return at
 
 
-def latency_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
-    """The platform's ingest query on its catalog entry (with the spec's trigger), landing → silver."""
-    from spark_jobs.layers import ensure_tables
-    from spark_jobs.stream import start_query
+class QueryUnderLoad:
+    """A query of this process's session under the latency load (the bare job)."""
 
-    p = playback(trigger=spec.params.get("trigger", "1 second"))
+    def __init__(self, start: Callable[[], StreamingQuery]) -> None:
+        self.start_query, self.query = start, None
+
+    def start(self) -> None:
+        self.query = self.start_query()
+
+    def catch_up(self, event_ids: set[str]) -> None:
+        assert self.query is not None
+        self.query.processAllAvailable()
+
+    def stop(self) -> None:
+        if self.query is not None:
+            self.query.stop()
+
+    def batches(self) -> list[Batch]:
+        return batches_of(self.query.recentProgress) if self.query is not None else []
+
+
+class DeployedDriver:
+    """`weir run playback` in its own process, as deployed: every query of the pipeline (ingest,
+    gold, sessions), its monitor, heartbeat and progress, on the catalog's entry with the run's
+    trigger: the catalog's entry with its `trigger_interval` set, as an operator deploys it (in a
+    catalog folder of the run's own, `WEIR_CONF`)."""
+
+    def __init__(self, spec: Spec, home: WeirHome, name: str, trigger: str) -> None:
+        self.spec, self.home, self.log_path = spec, home, driver_log(spec, name)
+        self.conf = catalog.derived_entry(Path(spec.workdir) / f"{name}-conf", PIPELINE, base=PIPELINE,
+                                          trigger_interval=repr(trigger))
+        self.silver = PipelineTables.of(home, playback(trigger)).silver
+        self.driver: subprocess.Popen[bytes] | None = None
+
+    def alive(self) -> bool:
+        return self.driver is not None and self.driver.poll() is None
+
+    def start(self) -> None:
+        self.driver = weir_driver(self.home, self.log_path, once=False, env={"WEIR_CONF": str(self.conf)})
+        wait_until("the driver created silver", lambda: delta_version(self.silver) is not None,
+                   self.spec.timeout_s, self.alive)
+
+    def catch_up(self, event_ids: set[str]) -> None:
+        """Until silver holds as many rows as `event_ids` (silver keeps one row per event and only
+        appends while the driver runs)."""
+        wait_until(f"silver holds {len(event_ids)} events",
+                   lambda: rows_committed(self.silver) >= len(event_ids), self.spec.timeout_s, self.alive)
+
+    def stop(self) -> None:
+        if self.driver is None:
+            return
+        if self.driver.poll() is None:
+            self.driver.send_signal(signal.SIGTERM)
+            try:
+                self.driver.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                self.driver.kill()
+                self.driver.wait()
+        if self.driver.returncode != 0:
+            raise driver_failed(self.driver, self.log_path)
+
+    def batches(self) -> list[Batch]:
+        return driver_progress(self.home, "ingest")
+
+
+def latency_once(spec: Spec, data: Dataset, name: str) -> Result:
+    """The platform as deployed (`DeployedDriver`), landing → silver, with the spec's trigger."""
     home = fresh_home(spec, name)
-    tables = ensure_tables(spark, home, p)
-    return measure_latency(spark, spec, home.landing(PIPELINE), tables.silver,
-                           lambda: start_query(spark, p, home, tables, "ingest", once=False))
+    return measure_latency(spec, home.landing(PIPELINE), PipelineTables.of(home, playback()).silver,
+                           DeployedDriver(spec, home, name, spec.params.get("trigger", "1 second")))
 
 
 def bare_latency_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
@@ -792,32 +852,32 @@ def bare_latency_once(spark: SparkSession, spec: Spec, data: Dataset, name: str)
     landing, root = home.landing(PIPELINE), home.root / "bare"
     landing.mkdir(parents=True, exist_ok=True)
     trigger = spec.params.get("trigger", "1 second")
-    return measure_latency(spark, spec, landing, root / "events",
-                           lambda: bare_query(spark, landing, root, trigger=trigger))
+    return measure_latency(spec, landing, root / "events",
+                           QueryUnderLoad(lambda: bare_query(spark, landing, root, trigger=trigger)))
 
 
-def measure_latency(spark: SparkSession, spec: Spec, landing: Path, table: Path,
-                    start: Callable[[], StreamingQuery]) -> Result:
-    """Events written into `landing` at the spec's rate while the query `start` returns runs; each
-    event's latency is from its file's rename into `landing` to the commit that made its first row
-    visible in `table` (a job that keeps a resent event twice is judged by its first row).
+def measure_latency(spec: Spec, landing: Path, table: Path,
+                    driver: QueryUnderLoad | DeployedDriver) -> Result:
+    """Events written into `landing` at the spec's rate while `driver` runs; each event's latency is
+    from its file's arrival in `landing` to the commit that made its first row visible in `table`
+    (a job that keeps a resent event twice is judged by its first row).
 
     The stream's latency is that of the events written `settle_s` after the writer started, for
     `duration_s`: a running stream's. The events of the first `settle_s` are measured apart
     (`after_start_*`): a fresh driver's first batches run while the JIT compiles their code, and
     took 1.5-3 times as long as the later ones (docs/performance.md)."""
+    from spark_jobs.generator import write_lines
+
     rate = float(spec.params["rate"])
     duration_s, settle_s = float(spec.params["duration_s"]), float(spec.params["settle_s"])
     writer = LandingWriter(landing, rate)
     feeder = writer.prepare(settle_s + duration_s)
-    query = start()
+    driver.start()
     try:
         # Steady state only: the query's first batch (code generation, first MERGEs) is not latency.
-        from spark_jobs.generator import write_lines
-
         first = list(itertools.islice(writer.events(), 10))
         write_lines(landing, "lat-warmup.jsonl", [json.dumps(e) for e in first])
-        query.processAllAvailable()
+        driver.catch_up({str(e["event_id"]) for e in first})
         feeder.start()
         measured_from = time.time() + settle_s
         time.sleep(settle_s + duration_s)
@@ -825,24 +885,18 @@ def measure_latency(spark: SparkSession, spec: Spec, landing: Path, table: Path,
             raise RuntimeError("the landing writer ran out of prepared files before the run ended")
         feeder.stop_event.set()
         feeder.join()
-        query.processAllAvailable()
+        written_at = writer.written_at(feeder.arrived)
+        driver.catch_up(set(written_at) | {str(e["event_id"]) for e in first})
     finally:
-        query.stop()
-    written_at = writer.written_at(feeder.arrived)
-    visible_by_file = delta_log.visible_at_by_file(table)
-    visible: dict[str, float] = {}
-    for event_id, path in (spark.read.format("delta").load(str(table))
-                           .select("event_id", "_metadata.file_path").collect()):
-        at = visible_by_file.get(Path(path).name)
-        if at is not None and event_id in written_at:
-            visible[event_id] = min(at, visible.get(event_id, at))
-    latencies = sorted(at - written_at[event_id] for event_id, at in visible.items()
-                       if written_at[event_id] >= measured_from)
+        driver.stop()
+    visible = delta_log.first_visible(table, "event_id")
+    latencies = sorted(visible[event_id] - at for event_id, at in written_at.items()
+                       if at >= measured_from and event_id in visible)
     # the lines that landed while the driver's JIT was still compiling: what a restart costs
-    after_start = sorted(at - written_at[event_id] for event_id, at in visible.items()
-                         if written_at[event_id] < measured_from)
+    after_start = sorted(visible[event_id] - at for event_id, at in written_at.items()
+                         if at < measured_from and event_id in visible)
     written = sum(1 for t in written_at.values() if t >= measured_from)
-    batches = batches_of(query.recentProgress)
+    batches = driver.batches()
     return {"rate": rate, "events_measured": len(latencies), "events_written": written,
             "p50_s": quantile(latencies, 0.50), "p90_s": quantile(latencies, 0.90),
             "p99_s": quantile(latencies, 0.99), "max_s": latencies[-1] if latencies else None,
@@ -1007,7 +1061,6 @@ SPARK_WORKLOADS: dict[str, Callable[[SparkSession, Spec, Dataset, str], Result]]
     "ladder": ladder_once,
     "bare_steady": bare_steady_once,
     "bare_kafka": bare_kafka_once,
-    "latency": latency_once,
     "bare_latency": bare_latency_once,
     "backfill": backfill_once,
     "ingest_profile": ingest_profile_once,
@@ -1017,6 +1070,7 @@ PROCESS_WORKLOADS: dict[str, Callable[[Spec, Dataset, str], Result]] = {
     "platform": platform_once,
     "platform_steady": platform_steady_once,
     "platform_kafka": platform_kafka_once,
+    "latency": latency_once,
 }
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from spark_jobs.errors import UserError
-from spark_jobs.settings import settings
+from spark_jobs.settings import REPO_ROOT, settings
 
 FieldType = Literal["string", "integer", "number", "timestamp"]
 RuleAction = Literal["quarantine", "fail"]
@@ -74,6 +74,20 @@ class RowRule:
         if self.action not in RULE_ACTIONS:
             raise CatalogError(f"row rule {self.name}: action must be one of {', '.join(RULE_ACTIONS)}, "
                                f"not {self.action!r}")
+
+
+INTERVAL = re.compile(r"(\d+(?:\.\d+)?) (second|minute|hour|day)s?")
+UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+
+
+def interval_ms(text: str) -> int:
+    """A catalog interval ("30 minutes", "1 second") in milliseconds; `CatalogError` when `text` is
+    not a positive amount of one of its units."""
+    match = INTERVAL.fullmatch(text.strip()) if isinstance(text, str) else None
+    ms = int(float(match.group(1)) * UNIT_SECONDS[match.group(2)] * 1000) if match else 0
+    if ms <= 0:
+        raise CatalogError(f"{text!r} is not an interval such as '5 seconds' or '1 minute'")
+    return ms
 
 
 def positive(owner: str, *, optional: bool = False, **bounds: object) -> None:
@@ -219,6 +233,11 @@ class Pipeline:
     derived: dict[str, str] = field(default_factory=dict)
     dimension: Dimension | None = None
     trigger_interval: str = "5 seconds"
+    # How often gold and the session table take silver's new rows; unset: at `trigger_interval`.
+    # Each of their micro-batches has a fixed cost (its state store, a MERGE, its commits) on the
+    # cores the ingest shares: a longer interval leaves them to the ingest, whose latency to
+    # silver is what the trigger is for, and updates the derived tables less often.
+    derived_trigger_interval: str | None = None
     # An event stamped further ahead of its ingest time than this is quarantined: one wrong clock
     # must never carry the watermark into the future (which would make every later event late).
     max_event_time_ahead: str = "1 hour"
@@ -245,6 +264,13 @@ class Pipeline:
         if not isinstance(self.fields, tuple):   # a list in the entry: as for `Field.allowed`
             object.__setattr__(self, "fields", tuple(self.fields))
         positive(f"pipeline {self.name}", silver_max_bytes_per_trigger=self.silver_max_bytes_per_trigger)
+        for name in ("trigger_interval", "derived_trigger_interval"):
+            value = getattr(self, name)
+            if value is not None or name == "trigger_interval":
+                try:
+                    interval_ms(value)
+                except CatalogError as err:
+                    raise CatalogError(f"pipeline {self.name}: {name}: {err}") from None
         # Checked here, not when the first batch runs: a rule's count is the column `dq_<name>`
         # of one aggregate, so two rules of one name would fail every batch of a running stream.
         if not isinstance(self.row_rules, tuple) or not all(isinstance(r, RowRule) for r in self.row_rules):
@@ -253,6 +279,11 @@ class Pipeline:
         doubled = sorted({n for n in names if names.count(n) > 1})
         if doubled:
             raise CatalogError(f"pipeline {self.name}: row rule(s) declared twice: {', '.join(doubled)}")
+
+    def trigger_of(self, query: str) -> str:
+        """The processing-time trigger of the named query (`topology.queries_of`)."""
+        return self.trigger_interval if query == "ingest" else (
+            self.derived_trigger_interval or self.trigger_interval)
 
     @property
     def gold_table(self) -> str:
@@ -295,3 +326,29 @@ def _load(folder: Path, name: str) -> Pipeline:
     if not isinstance(pipeline, Pipeline) or pipeline.name != name:
         raise UnknownPipelineError(f"{path} must define PIPELINE = Pipeline(name={name!r}, ...)")
     return pipeline
+
+
+def derived_entry(folder: Path, entry: str, *, base: str = "playback", **fields: str) -> Path:
+    """Write the entry `entry` into the catalog folder `folder` (for `WEIR_CONF`): the checkout's
+    entry `base` (`conf/pipelines`) named `entry`, with each of `fields` replaced by its value,
+    given as Python source (`FileSource`, `KafkaSource` and `RowRule` are in scope). A variant
+    for one environment, a benchmark or a test, loaded like any entry by a driver. Returns
+    `folder`."""
+    pipelines = folder / "pipelines"
+    pipelines.mkdir(parents=True, exist_ok=True)
+    real = REPO_ROOT / "conf" / "pipelines" / f"{base}.py"
+    what = ", ".join(fields) or "nothing"
+    replaced = "".join(f",\n    {name}={value}"
+                       for name, value in {"name": repr(entry), **fields}.items())
+    (pipelines / f"{entry}.py").write_text(f'''"""Entry {entry}: {base} with {what} replaced."""
+import dataclasses
+import importlib.util
+
+from spark_jobs.catalog import FileSource, KafkaSource, RowRule
+
+_spec = importlib.util.spec_from_file_location("weir_real_{base}", {str(real)!r})
+_real = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_real)
+PIPELINE = dataclasses.replace(_real.PIPELINE{replaced})
+''')
+    return folder

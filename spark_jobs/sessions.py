@@ -35,6 +35,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from spark_jobs.catalog import interval_ms
 from spark_jobs.checkpoints.layout import operator_name, state_operators
 
 if TYPE_CHECKING:
@@ -60,13 +61,6 @@ def holds_python_state(checkpoint: Path) -> bool:
     """Whether a sessions query's checkpoint holds state of the Python state function that ran
     until 2026-11, which the JVM's operator cannot restart on."""
     return any(operator_name(operator) == PYTHON_OPERATOR for operator in state_operators(checkpoint))
-
-
-def interval_ms(text: str) -> int:
-    """A catalog interval ("30 minutes") in milliseconds."""
-    amount, unit = text.split()
-    seconds = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}[unit.rstrip("s")]
-    return int(float(amount) * seconds * 1000)
 
 
 def state_schema(spec: Sessions) -> StructType:

@@ -340,7 +340,7 @@ def start_query(spark: SparkSession, pipeline: Pipeline, home: WeirHome, tables:
         sink = frame.writeStream.outputMode("update").foreachBatch(
             GoldBatch(pipeline, tables, queries.rebuilt_through(tables, "gold")))
     sink = sink.trigger(availableNow=True) if once else sink.trigger(
-        processingTime=pipeline.trigger_interval)
+        processingTime=pipeline.trigger_of(query))
     # The query's thread inherits the JVM thread's active session; under PySpark's pinned threads
     # the calling JVM thread may have none, and Delta's source then fails ("no active or default
     # Spark session"). Make this session active where the query thread is born.

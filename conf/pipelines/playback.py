@@ -61,6 +61,10 @@ PIPELINE = Pipeline(
                       watermark="10 minutes", carry=("user_id", "content_id")),
     source=FileSource(),
     trigger_interval="5 seconds",
+    # Gold (1-minute windows) and the sessions (30-minute gaps) need no update every few seconds;
+    # their micro-batches' fixed cost would otherwise share the cores with the ingest at every
+    # trigger (docs/performance.md, "The deployed driver's latency").
+    derived_trigger_interval="10 seconds",
     restart_policy=RestartPolicy(initial_backoff_s=2, max_backoff_s=60, max_restarts=5, window_s=3600),
     # Applied by the stream and the back-fill to each batch: true (or null) for an acceptable row;
     # `quarantine` sends a violating row to quarantine ("rule <name>"), `fail` fails the batch

@@ -82,7 +82,7 @@ def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path)
     assert ratios["kafka_platform_cpu_vs_bare"] is None        # not run
     assert by_name["platform vs bare job, landing → silver (backlog)"]["reached"] is True
     assert by_name["platform vs bare job, landing → gold (backlog)"]["reached"] is False    # 0.30x
-    assert by_name["p99 latency at half load, 1 s trigger, running stream"]["reached"] is False
+    assert by_name["p99 latency at half load, 1 s trigger, deployed driver"]["reached"] is False
     assert summary["metrics"]["latency_after_start_p99_s"] == 6.5   # beside the goal, not in it
     recovery = by_name["recovery: kill -9 → first committed batch of the successor"]
     assert recovery["reached"] is None and "worker exited 1" in recovery["why_not_measured"]

@@ -18,10 +18,9 @@ from pathlib import Path
 import pytest
 
 from spark_jobs import catalog
-from spark_jobs.catalog import KafkaSource, Pipeline
+from spark_jobs.catalog import KafkaSource, Pipeline, derived_entry
 from spark_jobs.home import REPO_ROOT, WeirHome
 from spark_jobs.kafka import KafkaConnection
-from tests.support.catalog_entries import derived_entry
 
 BROKER = REPO_ROOT / "infra" / "kafka" / "broker.py"
 
@@ -54,7 +53,8 @@ class Broker:
 def kafka_pipeline(topic: str, bootstrap: str, **source: object) -> Pipeline:
     """The repository's playback_kafka entry pointed at `topic` on the test broker."""
     base = catalog.load("playback_kafka")
-    return dataclasses.replace(base, trigger_interval="2 seconds", shuffle_partitions=2,
+    return dataclasses.replace(base, trigger_interval="2 seconds", derived_trigger_interval=None,
+                               shuffle_partitions=2,
                                source=KafkaSource(topic=topic, bootstrap_servers=bootstrap, **source))  # type: ignore[arg-type]
 
 
@@ -63,7 +63,8 @@ def write_catalog(folder: Path, topic: str, bootstrap: str, **source: object) ->
     args = ", ".join([f"topic={topic!r}", f"bootstrap_servers={bootstrap!r}",
                       *(f"{k}={v!r}" for k, v in source.items())])
     return derived_entry(folder, "playback_kafka", base="playback_kafka", trigger_interval='"2 seconds"',
-                         shuffle_partitions="2", source=f"KafkaSource({args})")
+                         derived_trigger_interval="None", shuffle_partitions="2",
+                         source=f"KafkaSource({args})")
 
 
 def driver_env(home: WeirHome, conf: Path) -> dict[str, str]:

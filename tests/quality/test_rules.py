@@ -12,9 +12,8 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs import catalog, transforms
-from spark_jobs.catalog import CatalogError, RowRule
+from spark_jobs.catalog import CatalogError, RowRule, derived_entry
 from spark_jobs.quality import rules, suites
-from tests.support.catalog_entries import derived_entry
 
 NOW = dt.datetime(2026, 11, 19, 20, 0, tzinfo=dt.UTC)
 

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from spark_jobs import catalog
-from spark_jobs.catalog import CatalogError, FileSource, KafkaSource
-from tests.support.catalog_entries import derived_entry
+from spark_jobs.catalog import CatalogError, FileSource, KafkaSource, derived_entry
 
 
 @pytest.mark.parametrize(("make", "message"), [
@@ -60,3 +59,24 @@ def test_a_bad_bound_in_an_entry_names_the_entry_file(tmp_path: Path,
     entry = tmp_path / "pipelines" / "zero.py"
     assert str(caught.value) == (f"{entry}: kafka source events: max_offsets_per_trigger must be a "
                                  "positive whole number or None, not 0")
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("trigger_interval", "5"), ("trigger_interval", "0 seconds"), ("trigger_interval", None),
+    ("derived_trigger_interval", "soon"), ("derived_trigger_interval", "10 parsecs"),
+    ("derived_trigger_interval", "-1 minute"),
+])
+def test_a_trigger_that_is_not_an_interval_is_refused_when_the_entry_loads(field: str, value) -> None:
+    with pytest.raises(CatalogError) as caught:
+        dataclasses.replace(catalog.load("playback"), **{field: value})
+    assert str(caught.value) == (f"pipeline playback: {field}: {value!r} is not an interval such as "
+                                 "'5 seconds' or '1 minute'")
+
+
+def test_gold_and_the_sessions_run_on_the_derived_trigger_and_default_to_the_ingests() -> None:
+    playback = catalog.load("playback")
+    assert [playback.trigger_of(q) for q in ("ingest", "gold", "sessions")] == [
+        "5 seconds", "10 seconds", "10 seconds"]
+    unset = dataclasses.replace(playback, trigger_interval="1 second", derived_trigger_interval=None)
+    assert {unset.trigger_of(q) for q in ("ingest", "gold", "sessions")} == {"1 second"}
+    assert catalog.interval_ms("1.5 minutes") == 90_000 and catalog.interval_ms("1 day") == 86_400_000
