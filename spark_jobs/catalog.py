@@ -76,16 +76,16 @@ class RowRule:
                                f"not {self.action!r}")
 
 
-INTERVAL = re.compile(r"(\d+(?:\.\d+)?) (second|minute|hour|day)s?")
-UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+INTERVAL = re.compile(r"(\d+(?:\.\d+)?) (millisecond|second|minute|hour|day)s?")
+UNIT_MS = {"millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000}
 
 
-def interval_ms(text: str) -> int:
-    """A catalog interval ("30 minutes", "1 second") in milliseconds; `CatalogError` when `text` is
-    not a positive amount of one of its units."""
+def interval_ms(text: str, *, positive: bool = False) -> int:
+    """A catalog interval ("30 minutes", "1 second", "0 seconds") in milliseconds; `CatalogError`
+    when `text` is not an amount of one of its units (or, with `positive`, is none)."""
     match = INTERVAL.fullmatch(text.strip()) if isinstance(text, str) else None
-    ms = int(float(match.group(1)) * UNIT_SECONDS[match.group(2)] * 1000) if match else 0
-    if ms <= 0:
+    ms = int(float(match.group(1)) * UNIT_MS[match.group(2)]) if match else -1
+    if ms < 0 or (positive and ms == 0):
         raise CatalogError(f"{text!r} is not an interval such as '5 seconds' or '1 minute'")
     return ms
 
@@ -268,7 +268,7 @@ class Pipeline:
             value = getattr(self, name)
             if value is not None or name == "trigger_interval":
                 try:
-                    interval_ms(value)
+                    interval_ms(value, positive=True)
                 except CatalogError as err:
                     raise CatalogError(f"pipeline {self.name}: {name}: {err}") from None
         # Checked here, not when the first batch runs: a rule's count is the column `dq_<name>`

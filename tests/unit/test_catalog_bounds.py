@@ -80,3 +80,7 @@ def test_gold_and_the_sessions_run_on_the_derived_trigger_and_default_to_the_ing
     unset = dataclasses.replace(playback, trigger_interval="1 second", derived_trigger_interval=None)
     assert {unset.trigger_of(q) for q in ("ingest", "gold", "sessions")} == {"1 second"}
     assert catalog.interval_ms("1.5 minutes") == 90_000 and catalog.interval_ms("1 day") == 86_400_000
+    # a watermark may be zero (no lateness allowed); a trigger may be shorter than a second
+    assert catalog.interval_ms("0 seconds") == 0 and catalog.interval_ms("500 milliseconds") == 500
+    fast = dataclasses.replace(playback, trigger_interval="500 milliseconds")
+    assert (fast.trigger_of("ingest"), fast.trigger_of("gold")) == ("500 milliseconds", "10 seconds")
