@@ -14,8 +14,10 @@ lines included: that is what every job has to read and parse.
   backlog: landing → bronze/quarantine/silver, then gold; rates from its `stream_progress`;
 - `platform_steady`: `weir run playback` while the files arrive one by one, stopped (SIGTERM)
   once silver holds every valid event;
-- `latency`, `backfill`, `ingest_profile`, `silver_growth`: the platform's ingest query, its
-  micro-batch and back-fill in-process;
+- `latency`: `weir run playback` (every query) on a 1 s trigger while small files arrive at a
+  fixed rate; each line's time from landing to silver (`DeployedDriver`);
+- `backfill`, `ingest_profile`, `silver_growth`: the platform's back-fill and micro-batch
+  in-process;
 - `bare_latency`: the bare job's latency at the same rate and trigger as `latency`.
 
 Streaming rates are sustained: lines over the span from the first micro-batch's start to the
