@@ -843,8 +843,8 @@ class DeployedDriver:
 def latency_once(spec: Spec, data: Dataset, name: str) -> Result:
     """The platform as deployed (`DeployedDriver`), landing → silver, with the spec's trigger."""
     home = fresh_home(spec, name)
-    return measure_latency(spec, home.landing(PIPELINE), PipelineTables.of(home, playback()).silver,
-                           DeployedDriver(spec, home, name, spec.params.get("trigger", "1 second")))
+    driver = DeployedDriver(spec, home, name, spec.params.get("trigger", "1 second"))
+    return measure_latency(spec, home.landing(PIPELINE), driver.silver, driver)
 
 
 def bare_latency_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
@@ -879,7 +879,8 @@ def measure_latency(spec: Spec, landing: Path, table: Path,
         # Steady state only: the query's first batch (code generation, first MERGEs) is not latency.
         first = list(itertools.islice(writer.events(), 10))
         write_lines(landing, "lat-warmup.jsonl", [json.dumps(e) for e in first])
-        driver.catch_up({str(e["event_id"]) for e in first})
+        warm_up = {str(e["event_id"]) for e in first}
+        driver.catch_up(warm_up)
         feeder.start()
         measured_from = time.time() + settle_s
         time.sleep(settle_s + duration_s)
@@ -888,7 +889,7 @@ def measure_latency(spec: Spec, landing: Path, table: Path,
         feeder.stop_event.set()
         feeder.join()
         written_at = writer.written_at(feeder.arrived)
-        driver.catch_up(set(written_at) | {str(e["event_id"]) for e in first})
+        driver.catch_up(set(written_at) | warm_up)
     finally:
         driver.stop()
     visible = delta_log.first_visible(table, "event_id")
