@@ -32,6 +32,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
+from pyspark.util import inheritable_thread_target
 
 from spark_jobs import catalog, queries, sessions, transforms
 from spark_jobs.backfill import rebuild_from_silver
@@ -124,7 +125,8 @@ class IngestBatch:
         # parse, instead of after it on the way to silver.
         key_hash = transforms.key_hash_expression((p.key,))
         warming = ThreadPoolExecutor(max_workers=1, thread_name_prefix="weir-warm")
-        warmed = warming.submit(warm_key_hashes, parsed.sparkSession, t.silver, key_hash)
+        warmed = warming.submit(inheritable_thread_target(parsed.sparkSession)(warm_key_hashes),
+                                parsed.sparkSession, t.silver, key_hash)
         warming.shutdown(wait=False)
         try:
             summary = steps.time("read+parse+summary", lambda: BatchSummary.of(parsed, p, self.rules))
@@ -164,7 +166,8 @@ class IngestBatch:
                                          fencing=token)
 
                 writes["silver"] = silver
-            done = run_concurrently(steps.timed(writes), what=f"{p.name} ingest batch {batch_id}")
+            done = run_concurrently(steps.timed(writes), what=f"{p.name} ingest batch {batch_id}",
+                                    spark=parsed.sparkSession)
             inserted = done.get("silver")
             if not isinstance(inserted, Inserted):
                 inserted = Inserted(0, 0)
@@ -194,12 +197,19 @@ def files_warmed(warmed: Future[int]) -> int:
     return 0 if warmed.exception() is not None else warmed.result()
 
 
-def run_concurrently(actions: dict[str, Callable[[], object]], *, what: str) -> dict[str, object]:
+def run_concurrently(actions: dict[str, Callable[[], object]], *, what: str,
+                     spark: SparkSession | None = None) -> dict[str, object]:
     """Run independent Spark actions on their own threads (their jobs, Delta commits and planning
     overlap instead of queueing) and return their results by name. The first failure is raised
-    once every action has ended, so none is left writing behind a failed batch."""
+    once every action has ended, so none is left writing behind a failed batch.
+
+    With `spark`, each thread carries the calling thread's local properties and `spark`'s tags
+    (`inheritable_thread_target`): in a query's foreachBatch, its job group (a stop cancels the
+    query's jobs by it, and the Spark UI lists them under it), its scheduler pool and its SQL
+    execution, as on the query's own thread."""
+    carry = inheritable_thread_target(spark) if spark is not None else (lambda action: action)
     with ThreadPoolExecutor(max_workers=len(actions), thread_name_prefix="weir-write") as pool:
-        futures = {name: pool.submit(action) for name, action in actions.items()}
+        futures = {name: pool.submit(carry(action)) for name, action in actions.items()}
     failed = [(name, f.exception()) for name, f in futures.items() if f.exception() is not None]
     for name, err in failed[1:]:
         log.error("%s: %s failed too: %s", what, name, err)

@@ -1,11 +1,12 @@
 """Each query of a running driver is started on its own trigger: the ingest on the entry's
 `trigger_interval`, gold and the sessions on `derived_trigger_interval` (docs/performance.md, "The
-deployed driver's latency")."""
+deployed driver's latency"); and each query's jobs, on whichever of its threads, are the query's."""
 
 from __future__ import annotations
 
 import dataclasses
 
+from spark_jobs.generator import generate
 from spark_jobs.layers import ensure_tables
 from spark_jobs.stream import start_query
 from spark_jobs.topology import queries_of
@@ -28,3 +29,33 @@ def test_the_derived_queries_run_on_their_own_trigger(spark, home) -> None:
     finally:
         for query in started.values():
             query.stop()
+
+
+def job_groups_since(spark, first_job: int) -> list[str | None]:
+    """The job group of each job Spark ran from `first_job` on (the driver's status store, as the
+    Spark UI lists them)."""
+    store = spark.sparkContext._jsc.sc().statusStore()
+    jobs = store.jobsList(spark._jvm.java.util.ArrayList())
+    return [job.jobGroup().get() if job.jobGroup().isDefined() else None
+            for job in (jobs.apply(i) for i in range(jobs.size())) if job.jobId() >= first_job]
+
+
+def test_every_job_of_a_query_is_in_its_job_group(spark, home) -> None:
+    """The ingest's writes run on threads of their own (`stream.run_concurrently`, beside the warm-up
+    of silver's key hashes); they carry the query's local properties: its job group, by which a
+    stop cancels the query's jobs and the Spark UI lists them, and its scheduler pool."""
+    pipeline = playback(trigger="1 second")
+    tables = ensure_tables(spark, home, pipeline)
+    generate(home.landing(pipeline.name), files=2, sessions_per_file=4, seed=3)
+    first_job = max(spark.sparkContext.statusTracker().getJobIdsForGroup(None), default=-1) + 1
+    started = {name: start_query(spark, pipeline, home, tables, name, once=False)
+               for name in queries_of(pipeline)}
+    try:
+        for query in started.values():
+            query.processAllAvailable()
+    finally:
+        for query in started.values():
+            query.stop()
+    groups = job_groups_since(spark, first_job)
+    assert set(groups) == {str(query.runId) for query in started.values()}
+    assert groups.count(str(started["ingest"].runId)) > 10
