@@ -824,17 +824,8 @@ class DeployedDriver:
                    lambda: rows_committed(self.silver) >= len(event_ids), self.spec.timeout_s, self.alive)
 
     def stop(self) -> None:
-        if self.driver is None:
-            return
-        if self.driver.poll() is None:
-            self.driver.send_signal(signal.SIGTERM)
-            try:
-                self.driver.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                self.driver.kill()
-                self.driver.wait()
-        if self.driver.returncode != 0:
-            raise driver_failed(self.driver, self.log_path)
+        if self.driver is not None:
+            stop_driver(self.driver, self.log_path)
 
     def batches(self) -> list[Batch]:
         return driver_progress(self.home, "ingest")
@@ -948,6 +939,20 @@ def driver_failed(driver: subprocess.Popen[bytes], log_path: Path) -> RuntimeErr
     return RuntimeError(f"weir run exited {driver.returncode} (log {log_path}): {errors[-1][:300]}")
 
 
+def stop_driver(driver: subprocess.Popen[bytes], log_path: Path, timeout_s: float = 120) -> None:
+    """Stop a `weir_driver` as an operator does: SIGTERM, after which it stops at a batch boundary;
+    SIGKILL if it has not exited within `timeout_s`. Anything but a clean exit is raised."""
+    if driver.poll() is None:
+        driver.send_signal(signal.SIGTERM)
+        try:
+            driver.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            driver.kill()
+            driver.wait()
+    if driver.returncode != 0:
+        raise driver_failed(driver, log_path)
+
+
 def driver_log(spec: Spec, name: str) -> Path:
     """Where a `weir run` driver's output goes: beside the worker logs, which the harness keeps."""
     return Path(spec.workdir).parent / f"driver-{name}.log"
@@ -1045,11 +1050,10 @@ def platform_steady_once(spec: Spec, data: Dataset, name: str) -> Result:
         wait_until("the driver's progress shows the batch of silver's last commit",
                    lambda: any(b.ended >= last_commit - 0.5 for b in driver_progress(home, "ingest")),
                    120, lambda: driver.poll() is None)
-        driver.send_signal(signal.SIGTERM)
-        driver.wait(timeout=120)
+        stop_driver(driver, log_path)
     finally:
         feeder.stop_event.set()
-        if driver.poll() is None:
+        if driver.poll() is None:   # the run failed before the stop
             driver.kill()
             driver.wait()
     return {**steady_result(feeder, silver, data.lines, driver_progress(home, "ingest")),
