@@ -203,13 +203,17 @@ def run_concurrently(actions: dict[str, Callable[[], object]], *, what: str,
     overlap instead of queueing) and return their results by name. The first failure is raised
     once every action has ended, so none is left writing behind a failed batch.
 
-    With `spark`, each thread carries the calling thread's local properties and `spark`'s tags
-    (`inheritable_thread_target`): in a query's foreachBatch, its job group (a stop cancels the
-    query's jobs by it, and the Spark UI lists them under it), its scheduler pool and its SQL
-    execution, as on the query's own thread."""
-    carry = inheritable_thread_target(spark) if spark is not None else (lambda action: action)
+    With `spark`, each thread carries a copy of the calling thread's local properties and `spark`'s
+    tags (`inheritable_thread_target`): in a query's foreachBatch, its job group (a stop cancels
+    the query's jobs by it, and the Spark UI lists them under it), its scheduler pool and its SQL
+    execution, as on the query's own thread. A copy each: a thread's SQL executions set their id
+    in its properties, and threads sharing one set of them would take each other's ids."""
+
+    def carried(action: Callable[[], object]) -> Callable[[], object]:
+        return action if spark is None else inheritable_thread_target(spark)(action)
+
     with ThreadPoolExecutor(max_workers=len(actions), thread_name_prefix="weir-write") as pool:
-        futures = {name: pool.submit(carry(action)) for name, action in actions.items()}
+        futures = {name: pool.submit(carried(action)) for name, action in actions.items()}
     failed = [(name, f.exception()) for name, f in futures.items() if f.exception() is not None]
     for name, err in failed[1:]:
         log.error("%s: %s failed too: %s", what, name, err)

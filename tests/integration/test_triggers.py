@@ -40,6 +40,13 @@ def job_groups_since(spark, first_job: int) -> list[str | None]:
             for job in (jobs.apply(i) for i in range(jobs.size())) if job.jobId() >= first_job]
 
 
+def unfinished_sql_executions(spark) -> set[int]:
+    """The SQL executions the driver's status store holds as still running (the Spark UI's SQL tab)."""
+    executions = spark._jsparkSession.sharedState().statusStore().executionsList()
+    return {e.executionId() for e in (executions.apply(i) for i in range(executions.size()))
+            if not e.completionTime().isDefined()}
+
+
 def test_every_job_of_a_query_is_in_its_job_group(spark, home) -> None:
     """The ingest's writes run on threads of their own (`stream.run_concurrently`, beside the warm-up
     of silver's key hashes); they carry the query's local properties: its job group, by which a
@@ -48,6 +55,7 @@ def test_every_job_of_a_query_is_in_its_job_group(spark, home) -> None:
     tables = ensure_tables(spark, home, pipeline)
     generate(home.landing(pipeline.name), files=2, sessions_per_file=4, seed=3)
     first_job = max(spark.sparkContext.statusTracker().getJobIdsForGroup(None), default=-1) + 1
+    unfinished_before = unfinished_sql_executions(spark)
     started = {name: start_query(spark, pipeline, home, tables, name, once=False)
                for name in queries_of(pipeline)}
     try:
@@ -59,3 +67,4 @@ def test_every_job_of_a_query_is_in_its_job_group(spark, home) -> None:
     groups = job_groups_since(spark, first_job)
     assert set(groups) == {str(query.runId) for query in started.values()}
     assert groups.count(str(started["ingest"].runId)) > 10
+    assert unfinished_sql_executions(spark) <= unfinished_before

@@ -1,5 +1,6 @@
 """`stream.run_concurrently`: the ingest batch's independent writes run side by side, and a failure is
-raised only once every write has ended (none is left writing behind a failed batch)."""
+raised only once every write has ended (none is left writing behind a failed batch); each write's
+thread carries its own copy of the caller's Spark local properties."""
 
 from __future__ import annotations
 
@@ -38,3 +39,27 @@ def test_a_failure_is_raised_after_the_other_writes_end() -> None:
     with pytest.raises(ValueError, match="commit refused"):
         run_concurrently({"silver": slow, "bronze": broken}, what="test")
     assert finished.is_set()
+
+
+def test_each_thread_carries_its_own_copy_of_the_callers_local_properties(spark) -> None:
+    """A thread's SQL executions set their id in its local properties: threads sharing one set took
+    each other's ids, and some executions never ended in the status store (a test session's later
+    modules ran several times slower)."""
+    context = spark.sparkContext
+    context.setLocalProperty("weir.test.caller", "batch 7")
+    barrier = threading.Barrier(2, timeout=10)
+
+    def setter() -> str | None:
+        context.setLocalProperty("weir.test.own", "set by one thread")
+        barrier.wait()
+        return context.getLocalProperty("weir.test.caller")
+
+    def reader() -> tuple[str | None, str | None]:
+        barrier.wait()
+        return context.getLocalProperty("weir.test.caller"), context.getLocalProperty("weir.test.own")
+
+    try:
+        done = run_concurrently({"setter": setter, "reader": reader}, what="test", spark=spark)
+    finally:
+        context.setLocalProperty("weir.test.caller", None)
+    assert done == {"setter": "batch 7", "reader": ("batch 7", None)}
