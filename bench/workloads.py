@@ -800,12 +800,13 @@ class DeployedDriver:
     """`weir run playback` in its own process, as deployed: every query of the pipeline (ingest,
     gold, sessions), its monitor, heartbeat and progress, on the catalog's entry with the run's
     trigger: the catalog's entry with its `trigger_interval` set, as an operator deploys it (in a
-    catalog folder of the run's own, `WEIR_CONF`)."""
+    catalog folder of the run's own, `WEIR_CONF`), and any other field the spec's `entry`
+    parameter replaces (Python source by field name: an A/B run of one setting)."""
 
     def __init__(self, spec: Spec, home: WeirHome, name: str, trigger: str) -> None:
         self.spec, self.home, self.log_path = spec, home, driver_log(spec, name)
         self.conf = catalog.derived_entry(Path(spec.workdir) / f"{name}-conf", PIPELINE, base=PIPELINE,
-                                          trigger_interval=repr(trigger))
+                                          trigger_interval=repr(trigger), **spec.params.get("entry", {}))
         self.silver = PipelineTables.of(home, playback(trigger)).silver
         self.driver: subprocess.Popen[bytes] | None = None
 

@@ -238,6 +238,10 @@ class Pipeline:
     # cores the ingest shares: a longer interval leaves them to the ingest, whose latency to
     # silver is what the trigger is for, and updates the derived tables less often.
     derived_trigger_interval: str | None = None
+    # Gold's and the sessions' queries in a second process of the driver, at a lower CPU priority,
+    # when its master is local (`spark_jobs.derived`): on a few cores their micro-batches otherwise
+    # hold the cores the ingest needs, and delay silver by seconds. Costs a second JVM.
+    derived_in_own_process: bool = False
     # An event stamped further ahead of its ingest time than this is quarantined: one wrong clock
     # must never carry the watermark into the future (which would make every later event late).
     max_event_time_ahead: str = "1 hour"

@@ -23,8 +23,11 @@ import dataclasses
 import functools
 import logging
 import operator
+import os
+import pickle
 import shutil
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -34,7 +37,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql import functions as F
 from pyspark.util import inheritable_thread_target
 
-from spark_jobs import catalog, queries, sessions, transforms
+from spark_jobs import catalog, derived, queries, sessions, transforms
 from spark_jobs.backfill import rebuild_from_silver
 from spark_jobs.checkpoints.generations import safety_backup
 from spark_jobs.checkpoints.layout import clear_interrupted_writes
@@ -465,21 +468,70 @@ def _run_queries(spark: SparkSession, pipeline: Pipeline, home: WeirHome, *, onc
     if stop.is_set():  # stopped while starting up: no query to start, nothing to replay
         log.info("%s: stop requested before the queries started", pipeline.name)
         return
+    apart = derived.runs_apart(pipeline, spark, queries_of(pipeline))
+    # first: its JVM starts while this one plans its queries, not during the ingest's batches
+    second = derived.DerivedProcess.start(spark, pipeline, home) if apart else None
     queries = [start_query(spark, pipeline, home, tables, name, once=False, stopping=stop)
-               for name in queries_of(pipeline)]
-    monitor.watch(queries)
-    log.info("%s running: %s", pipeline.name, ", ".join(q.name for q in queries))
+               for name in queries_of(pipeline) if name not in apart]
+    monitor.watch(queries, elsewhere=second.query_states if second else None)
+    log.info("%s running: %s", pipeline.name, ", ".join(q.name for q in queries)
+             + (f"; {', '.join(apart)} in process {second.process.pid}" if second else ""))
     try:
-        while not stop.wait(0.5):
-            failed = [q for q in queries if not q.isActive]
-            if failed:
-                raise StreamFailedError(
-                    f"{failed[0].name} stopped: {failed[0].exception() or 'no error reported'}")
+        run_until_stopped(queries, stop, failure=second.failure if second else None)
     finally:
         monitor.state = "stopping"
+        if second is not None:
+            second.terminate()
         unending = () if holds_planning(pipeline) else (query_name(pipeline, "ingest"),)
         graceful = stop_at_batch_boundary([q for q in queries if q.isActive], unending=unending)
+        if second is not None:
+            graceful &= second.wait(STOP_TIMEOUT_S + 30)
         log.info("%s stopped (%s)", pipeline.name, "at a batch boundary" if graceful else "forced")
+
+
+def run_until_stopped(queries: list[StreamingQuery], stop: threading.Event, *,
+                      failure: Callable[[], str | None] | None = None) -> None:
+    """Return once `stop` is set; raise `StreamFailedError` as soon as a query has stopped on its
+    own, or `failure` tells why the driver cannot go on."""
+    while not stop.wait(0.5):
+        failed = [q for q in queries if not q.isActive]
+        if failed:
+            raise StreamFailedError(
+                f"{failed[0].name} stopped: {failed[0].exception() or 'no error reported'}")
+        why = failure() if failure is not None else None
+        if why is not None:
+            raise StreamFailedError(why)
+
+
+def run_derived(pipeline: Pipeline, *, parent: int, master: str, states: int,
+                driver_memory: str | None, stop: threading.Event) -> int:
+    """The second process of `parent`'s driver (`spark_jobs.derived`): gold's and the sessions'
+    queries, under the driver's lease, until the driver stops it or goes."""
+    if not derived.die_with_parent(parent):
+        log.error("%s: the driver (pid %d) is gone before its second process started", pipeline.name, parent)
+        return 1
+    os.nice(derived.NICENESS)
+    home = WeirHome.from_env()
+    conf = driver_conf(pipeline) | ({"spark.driver.memory": driver_memory} if driver_memory else {})
+    with leases.join(home, pipeline.name, parent) as lease:
+        spark = build_session(f"weir-{pipeline.name}-derived", master=master, conf=conf)
+        tables = PipelineTables.of(home, pipeline)
+        with (os.fdopen(states, "w", encoding="utf-8") as out,
+              derived.DerivedMonitor(spark, home, lease, stop, out) as monitor):
+            names = [q for q in queries_of(pipeline) if q != "ingest"]
+            queries = [start_query(spark, pipeline, home, tables, name, once=False, stopping=stop)
+                       for name in names]
+            monitor.watch(queries)
+            log.info("%s: %s running in the driver's second process (pid %d)", pipeline.name,
+                     ", ".join(q.name for q in queries), os.getpid())
+            try:
+                run_until_stopped(queries, stop, failure=lambda: derived.parent_gone(parent))
+            finally:
+                monitor.state = "stopping"
+                graceful = stop_at_batch_boundary([q for q in queries if q.isActive])
+                log.info("%s: %s stopped (%s)", pipeline.name, ", ".join(names),
+                         "at a batch boundary" if graceful else "forced")
+    return 0
 
 
 def retire_python_sessions_state(home: WeirHome, pipeline: Pipeline) -> str | None:
@@ -513,17 +565,37 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m spark_jobs.stream", description=__doc__)
     parser.add_argument("pipeline")
     parser.add_argument("--once", action="store_true")
+    second = parser.add_argument_group("a driver's second process (started by the driver itself)")
+    second.add_argument("--derived-of", type=int, metavar="PID",
+                        help="run gold and the sessions for the driver PID, its entry read from stdin")
+    second.add_argument("--master")
+    second.add_argument("--states-fd", type=int)
+    second.add_argument("--driver-memory")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s"
+                        + (" [derived]" if args.derived_of else "") + ": %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)   # a line per call into Python otherwise
 
+    stop = stop_on_signals()
     try:
-        run(catalog.load(args.pipeline), once=args.once, stop=stop_on_signals())
+        if args.derived_of is not None:
+            if args.master is None or args.states_fd is None:
+                parser.error("--derived-of needs --master and --states-fd")
+            pipeline = pickle.load(sys.stdin.buffer)
+            return run_derived(pipeline, parent=args.derived_of, master=args.master,
+                               states=args.states_fd, driver_memory=args.driver_memory, stop=stop)
+        run(catalog.load(args.pipeline), once=args.once, stop=stop)
     except LeaseHeldError as err:
         log.error("refusing to start: %s", err)
         return 3
     except LeaseLostError as err:
         log.error("FENCED: %s; another driver holds the pipeline, this one committed nothing since", err)
-        return 4
+        return derived.FENCED_EXIT
+    except StreamFailedError as err:
+        if args.derived_of is None:
+            raise
+        log.error("%s", err)
+        return 1
     return 0
 
 

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from spark_jobs.session import session_conf
 
@@ -48,11 +48,25 @@ class Fencing:
     transaction that checked that id conflict with any concurrent commit that set it, and skips
     a write whose version is not above the table's. So once a newer holder has committed to a
     table, an older holder's commit in flight fails (and its retry, like any later write of it,
-    commits nothing): a driver paused between its lease check and its commit cannot write."""
+    commits nothing): a driver paused between its lease check and its commit cannot write.
+
+    A second process of the holder's (`spark_jobs.derived`, sharing its lease) counts its writes
+    from `SHARED_FIRST_WRITE`, above any count of the holder's own (whose claims land on the tables
+    that process writes): its first write is then above the table's, and not skipped."""
+
+    SHARED_FIRST_WRITE: ClassVar[int] = 1 << 31
 
     pipeline: str
     token: int
-    _writes: Iterator[int] = field(default_factory=lambda: itertools.count(1), repr=False)
+    first_write: int = 1
+    _writes: Iterator[int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._writes = itertools.count(self.first_write)
+
+    def shared(self) -> Fencing:
+        """The same token, for a second process of the holder's."""
+        return Fencing(self.pipeline, self.token, self.SHARED_FIRST_WRITE)
 
     @property
     def app_id(self) -> str:

@@ -82,8 +82,9 @@ def assess(home: WeirHome, pipeline: str, *, stall_after_s: float,
                           record.pid, launch_pid, beat)
         if read_stop_request(home, pipeline) is not None or beat.get("state") == "stopping":
             return Health("stopping", "stop requested", record.pid, launch_pid, beat)
-        idle_tasks = _age_s(beat.get("tasks_progress_at"))
         for name, query in (beat.get("queries") or {}).items():
+            # the Spark tasks of the query's own process (`spark_jobs.derived`: not the heartbeat's)
+            idle_tasks = _age_s(query.get("tasks_progress_at") or beat.get("tasks_progress_at"))
             busy = _age_s(query.get("trigger_active_since"))
             if (busy is not None and busy > stall_after_s and query.get("active", True)
                     and (idle_tasks is None or idle_tasks > stall_after_s)):

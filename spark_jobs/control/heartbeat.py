@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.control import progress as progress_table
@@ -79,6 +80,7 @@ class DriverMonitor:
         self.every_s = every_s
         self.started_at = iso(now_utc())
         self.queries: list[StreamingQuery] = []
+        self._elsewhere: Callable[[], dict[str, dict[str, Any]]] | None = None
         self.state = "starting"
         self._per_query: dict[str, dict[str, Any]] = {}
         self._task_fingerprint: tuple[Any, ...] | None = None
@@ -127,9 +129,13 @@ class DriverMonitor:
                                  f"(fencing token {self.lease.fencing_token}): {self.lease.lost}")
         self.beat()
 
-    def watch(self, queries: list[StreamingQuery]) -> None:
-        """Report these queries in the heartbeat (the driver calls it once they are started)."""
+    def watch(self, queries: list[StreamingQuery], *,
+              elsewhere: Callable[[], dict[str, dict[str, Any]]] | None = None) -> None:
+        """Report these queries in the heartbeat (the driver calls it once they are started), and
+        the states `elsewhere` returns: those of the queries the driver runs in a process of its
+        own (`spark_jobs.derived`), each as that process reported it."""
         self.queries = list(queries)
+        self._elsewhere = elsewhere
         self.state = "running"
 
     def _on_progress(self, progress: dict[str, Any]) -> None:
@@ -162,7 +168,15 @@ class DriverMonitor:
                 self._per_query.setdefault(name, {})["trigger_active_since"] = since
             entry.update(active=active, is_trigger_active=trigger_active, trigger_active_since=since,
                          is_data_available=bool(status.get("isDataAvailable")),
-                         message=status.get("message"))
+                         message=status.get("message"), tasks_progress_at=self.tasks_progress_at)
+        return states
+
+    def query_states(self) -> dict[str, dict[str, Any]]:
+        """Every query's state: this process's, and those reported from elsewhere."""
+        self._note_task_progress()
+        states = self._query_states()
+        if self._elsewhere is not None:
+            states.update(self._elsewhere())
         return states
 
     def _note_task_progress(self) -> None:
@@ -185,14 +199,17 @@ class DriverMonitor:
 
     def beat(self) -> None:
         """Write the heartbeat once (atomic rename)."""
-        self._note_task_progress()
+        queries = self.query_states()
         payload = {
             "pipeline": self.pipeline, "pid": os.getpid(), "host": self.lease.record.host,
             "token": self.lease.token, "at": iso(now_utc()), "started_at": self.started_at,
-            "state": self.state, "tasks_progress_at": self.tasks_progress_at,
-            "queries": self._query_states(),
+            "state": self.state, "tasks_progress_at": self.tasks_progress_at, "queries": queries,
         }
         self.lease.store.put(self.pipeline, HEARTBEAT, payload)
+
+    def stop_request(self) -> dict[str, Any] | None:
+        """The pending stop request addressed to this driver, if any."""
+        return stop_requested_for(self.home, self.lease)
 
     def _loop(self) -> None:
         while not self._closed.wait(self.every_s):
@@ -209,7 +226,7 @@ class DriverMonitor:
                 continue
             try:
                 self.beat()
-                request = stop_requested_for(self.home, self.lease)
+                request = self.stop_request()
                 if request and self.stop is not None and not self.stop.is_set():
                     log.info("%s: stop requested by %s (%s); stopping at a batch boundary",
                              self.pipeline, request.get("actor"), request.get("reason") or "no reason")

@@ -175,13 +175,18 @@ class Lease:
     """A lease this process holds: renewed by a keep-alive thread, checked before every commit
     (`check`), given back by `release()` (only if it is still ours)."""
 
-    def __init__(self, home: WeirHome, record: LeaseRecord, ttl_s: float | None = None) -> None:
+    def __init__(self, home: WeirHome, record: LeaseRecord, ttl_s: float | None = None, *,
+                 renewed: bool = True) -> None:
         self.home = home
+        # False: a lease this process shares with its holder (`join`), checked, never renewed or
+        # given back by it
+        self.renewed = renewed
         self.store: ControlStore = control_store(home)
         self.record = record
         self.ttl_s = lease_ttl_s() if ttl_s is None else ttl_s
         self.lost: str | None = None
-        self.fencing = Fencing(record.pipeline, record.fencing_token)
+        fencing = Fencing(record.pipeline, record.fencing_token)
+        self.fencing = fencing if renewed else fencing.shared()
         self._released = threading.Event()
         self._keepalive = threading.Thread(target=self._renew_loop, daemon=True,
                                            name=f"weir-lease-{record.pipeline}")
@@ -248,6 +253,9 @@ class Lease:
         self._released.set()
         if _held.get(self.pipeline) is self:
             del _held[self.pipeline]
+        if not self.renewed:
+            return
+
         def give_back(slot: LeaseSlot) -> bool:
             current = _record(slot.current)
             if current is None or current.token != self.token:
@@ -301,6 +309,26 @@ def acquire(home: WeirHome, pipeline: str, ttl_s: float | None = None, *,
     lease = Lease(home, record, ttl_s)
     _held[pipeline] = lease
     lease._keepalive.start()
+    return lease
+
+
+def join(home: WeirHome, pipeline: str, holder_pid: int, ttl_s: float | None = None) -> Lease:
+    """Share the pipeline's lease held by `holder_pid`, this process's parent on this host (a
+    driver's second process: `spark_jobs.derived`). The shared lease fences this process's batches
+    and commits with the holder's token (`fence`, `fencing`) and is lost when the holder's is; the
+    holder alone renews it and gives it back. Raises `LeaseLostError` when that process does not
+    hold the lease (any more)."""
+    record = read(home, pipeline)
+    me = ProcessRef.current()
+    if record is None or (record.pid, record.host) != (holder_pid, me.host) or not record.is_driver:
+        held_by = "nobody" if record is None else f"pid {record.pid} on {record.host} ({record.holder})"
+        raise LeaseLostError(f"{pipeline}: pid {holder_pid} on {me.host} holds no driver lease to share "
+                             f"(held by {held_by})")
+    lease = Lease(home, record, ttl_s, renewed=False)
+    lease.check()
+    _held[pipeline] = lease
+    log.info("%s lease of pid %d shared by pid %d (fencing token %d)", pipeline, holder_pid, me.pid,
+             record.fencing_token)
     return lease
 
 

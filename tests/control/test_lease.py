@@ -3,13 +3,15 @@ racing for it never both win."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import subprocess
 import sys
 
 import pytest
 
 from spark_jobs.control import lease as leases
-from spark_jobs.control.lease import LeaseHeldError
+from spark_jobs.control.lease import LeaseHeldError, LeaseLostError
 from spark_jobs.home import WeirHome
 from tests.support.leases import plant_lease
 
@@ -166,3 +168,24 @@ def test_an_expired_holder_that_still_runs_is_stalled(home: WeirHome) -> None:
             held.check()
     finally:
         held.release()   # else this process's later writes to "playback" are fenced by a lost lease
+
+
+def test_a_shared_lease_fences_with_the_holders_token_and_is_lost_with_it(home: WeirHome) -> None:
+    """The driver's second process (`spark_jobs.derived`) shares its lease: the same fencing token,
+    its writes counted above the holder's, never given back by it, and lost when the holder's is."""
+    with pytest.raises(LeaseLostError, match="holds no driver lease"):
+        leases.join(home, "playback", os.getpid())
+    with leases.acquire(home, "playback") as held:
+        with pytest.raises(LeaseLostError, match=f"pid {os.getpid() + 1} on"):
+            leases.join(home, "playback", os.getpid() + 1)
+        shared = leases.join(home, "playback", os.getpid())
+        assert shared.fencing.token == held.fencing_token
+        assert shared.fencing.next_version() > held.fencing.next_version() + 1_000_000
+        shared.release()
+        assert leases.holder(home, "playback").token == held.token  # type: ignore[union-attr]
+        shared.check()
+        # another driver takes the pipeline over (the holder was paused past its TTL, say)
+        plant_lease(home, dataclasses.replace(held.record, pid=held.record.pid + 1, token="other",
+                                              fencing_token=held.fencing_token + 1))
+        with pytest.raises(LeaseLostError, match="taken over"):
+            shared.check()

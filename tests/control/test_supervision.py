@@ -69,6 +69,11 @@ def test_health_follows_the_driver_files(home: WeirHome) -> None:
     beat["tasks_progress_at"] = long_ago  # nothing moved for two minutes
     leases.write_json_atomically(leases.heartbeat_path(home, "playback"), beat)
     assert assess(home, "playback", stall_after_s=60).verdict == "stalled"
+    # a query is judged by the tasks of its own process (the driver's second one: `spark_jobs.derived`)
+    beat["tasks_progress_at"] = leases.iso(leases.now_utc())
+    beat["queries"]["playback_ingest"]["tasks_progress_at"] = long_ago
+    leases.write_json_atomically(leases.heartbeat_path(home, "playback"), beat)
+    assert assess(home, "playback", stall_after_s=60).verdict == "stalled"
     held.release()
     subprocess.run(["kill", "-9", str(launched.pid)], check=True)
     assert wait_gone(launched.process, 10)
