@@ -378,7 +378,7 @@ def ladder_query(spark: SparkSession, landing: Path, home: WeirHome, step: int) 
                   "silver": lambda: append(silver, "events")}
         if step >= 3:
             writes["quarantine"] = lambda: append(transforms.rejects(parsed), "quarantine")
-        run_concurrently(writes, what=f"ladder step {step}")
+        run_concurrently(writes, what=f"ladder step {step}", spark=spark)
         parsed.unpersist()
 
     source = p.source

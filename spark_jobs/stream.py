@@ -201,22 +201,19 @@ def files_warmed(warmed: Future[int]) -> int:
 
 
 def run_concurrently(actions: dict[str, Callable[[], object]], *, what: str,
-                     spark: SparkSession | None = None) -> dict[str, object]:
+                     spark: SparkSession) -> dict[str, object]:
     """Run independent Spark actions on their own threads (their jobs, Delta commits and planning
     overlap instead of queueing) and return their results by name. The first failure is raised
     once every action has ended, so none is left writing behind a failed batch.
 
-    With `spark`, each thread carries a copy of the calling thread's local properties and `spark`'s
-    tags (`inheritable_thread_target`): in a query's foreachBatch, its job group (a stop cancels
-    the query's jobs by it, and the Spark UI lists them under it), its scheduler pool and its SQL
+    Each thread carries a copy of the calling thread's local properties and `spark`'s tags
+    (`inheritable_thread_target`): in a query's foreachBatch, its job group (a stop cancels the
+    query's jobs by it, and the Spark UI lists them under it), its scheduler pool and its SQL
     execution, as on the query's own thread. A copy each: a thread's SQL executions set their id
     in its properties, and threads sharing one set of them would take each other's ids."""
-
-    def carried(action: Callable[[], object]) -> Callable[[], object]:
-        return action if spark is None else inheritable_thread_target(spark)(action)
-
     with ThreadPoolExecutor(max_workers=len(actions), thread_name_prefix="weir-write") as pool:
-        futures = {name: pool.submit(carried(action)) for name, action in actions.items()}
+        futures = {name: pool.submit(inheritable_thread_target(spark)(action))
+                   for name, action in actions.items()}
     failed = [(name, f.exception()) for name, f in futures.items() if f.exception() is not None]
     for name, err in failed[1:]:
         log.error("%s: %s failed too: %s", what, name, err)
@@ -471,12 +468,13 @@ def _run_queries(spark: SparkSession, pipeline: Pipeline, home: WeirHome, *, onc
     apart = derived.runs_apart(pipeline, spark, queries_of(pipeline))
     # first: its JVM starts while this one plans its queries, not during the ingest's batches
     second = derived.DerivedProcess.start(spark, pipeline, home) if apart else None
-    queries = [start_query(spark, pipeline, home, tables, name, once=False, stopping=stop)
-               for name in queries_of(pipeline) if name not in apart]
-    monitor.watch(queries, elsewhere=second.query_states if second else None)
-    log.info("%s running: %s", pipeline.name, ", ".join(q.name for q in queries)
-             + (f"; {', '.join(apart)} in process {second.process.pid}" if second else ""))
+    queries: list[StreamingQuery] = []
     try:
+        queries = [start_query(spark, pipeline, home, tables, name, once=False, stopping=stop)
+                   for name in queries_of(pipeline) if name not in apart]
+        monitor.watch(queries, elsewhere=second.query_states if second else None)
+        log.info("%s running: %s", pipeline.name, ", ".join(q.name for q in queries)
+                 + (f"; {', '.join(apart)} in process {second.process.pid}" if second else ""))
         run_until_stopped(queries, stop, failure=second.failure if second else None)
     finally:
         monitor.state = "stopping"

@@ -12,7 +12,7 @@ import pytest
 from spark_jobs.stream import run_concurrently
 
 
-def test_actions_overlap_and_all_run() -> None:
+def test_actions_overlap_and_all_run(spark) -> None:
     barrier = threading.Barrier(3, timeout=5)
     done: list[str] = []
 
@@ -22,11 +22,11 @@ def test_actions_overlap_and_all_run() -> None:
             done.append(name)
         return run
 
-    run_concurrently({n: action(n) for n in ("bronze", "quarantine", "silver")}, what="test")
+    run_concurrently({n: action(n) for n in ("bronze", "quarantine", "silver")}, what="test", spark=spark)
     assert sorted(done) == ["bronze", "quarantine", "silver"]
 
 
-def test_a_failure_is_raised_after_the_other_writes_end() -> None:
+def test_a_failure_is_raised_after_the_other_writes_end(spark) -> None:
     finished = threading.Event()
 
     def slow() -> None:
@@ -37,7 +37,7 @@ def test_a_failure_is_raised_after_the_other_writes_end() -> None:
         raise ValueError("commit refused")
 
     with pytest.raises(ValueError, match="commit refused"):
-        run_concurrently({"silver": slow, "bronze": broken}, what="test")
+        run_concurrently({"silver": slow, "bronze": broken}, what="test", spark=spark)
     assert finished.is_set()
 
 
