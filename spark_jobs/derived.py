@@ -14,7 +14,8 @@ batches once it leaves room.
 The second process (`python -m spark_jobs.stream P --derived-of PID`):
 
 - is started by the driver (`DerivedProcess.start`) once it holds the lease, has claimed and
-  prepared the tables and rebuilt gold and the sessions where they start afresh;
+  prepared the tables and rebuilt gold and the sessions where they start afresh, and before its
+  ingest query starts (the second JVM then starts while the driver plans, not during its batches);
 - shares the driver's lease (`lease.join`): it checks it before each of its batches and commits,
   and its commits carry the driver's fencing token, so a lost lease fences both processes; the
   driver alone renews it;
@@ -37,6 +38,7 @@ import ctypes
 import json
 import logging
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -58,6 +60,7 @@ log = logging.getLogger(__name__)
 # more per batch; SCHED_IDLE would starve the derived queries for as long as the ingest is busy).
 NICENESS = 19
 PR_SET_PDEATHSIG = 1   # <linux/prctl.h>
+FENCED_EXIT = 4        # `spark_jobs.stream.main`'s exit code of a driver that lost its lease
 # spark-submit's handle on its Python driver: a process that kept them would join the driver's JVM
 # instead of starting its own
 GATEWAY_ENV = ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET", "PYSPARK_SUBMIT_ARGS")
@@ -66,9 +69,9 @@ GATEWAY_ENV = ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET", "PYSPARK_SUBMIT
 def runs_apart(pipeline: Pipeline, spark: SparkSession, queries: tuple[str, ...]) -> tuple[str, ...]:
     """Which of the driver's `queries` run in its second process: gold and the sessions when the
     entry asks for it and the master is local; none otherwise."""
-    master = spark.sparkContext.master
     if not pipeline.derived_in_own_process:
         return ()
+    master = spark.sparkContext.master
     if not master.startswith("local"):
         log.info("%s: every query in the driver (master %s: the tasks run on executors)",
                  pipeline.name, master)
@@ -93,8 +96,6 @@ class DerivedProcess:
         """Start the second process of this driver (which must hold the pipeline's lease). It gets
         the entry as this driver runs it (on stdin: a test's or an operator's variant, not the
         catalog's file), the driver's master and memory, and its environment, WEIR_HOME included."""
-        import pickle
-
         read_end, write_end = os.pipe()
         env = {k: v for k, v in os.environ.items() if k not in GATEWAY_ENV}
         env["WEIR_HOME"] = str(home.root)
@@ -161,8 +162,6 @@ class DerivedProcess:
         self._reader.join(5.0)
         return code == 0
 
-
-FENCED_EXIT = 4   # `spark_jobs.stream.main`'s exit code of a driver that lost its lease
 
 
 def die_with_parent(parent: int) -> bool:
