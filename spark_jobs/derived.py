@@ -46,7 +46,7 @@ import threading
 from typing import IO, TYPE_CHECKING, Any
 
 from spark_jobs.control.heartbeat import DriverMonitor
-from spark_jobs.control.lease import fence
+from spark_jobs.control.lease import Lease, fence
 from spark_jobs.home import REPO_ROOT, WeirHome
 
 if TYPE_CHECKING:
@@ -163,7 +163,6 @@ class DerivedProcess:
         return code == 0
 
 
-
 def die_with_parent(parent: int) -> bool:
     """Have the kernel SIGKILL this process when `parent`'s thread that started it ends; whether
     `parent` is still this process's parent (once the signal is armed, so none can slip between)."""
@@ -183,7 +182,7 @@ class DerivedMonitor(DriverMonitor):
     queries' states to the driver through `out` instead of a heartbeat, and no stop requests of
     its own (the driver's stop is its stop)."""
 
-    def __init__(self, spark: SparkSession, home: WeirHome, lease: Any, stop: threading.Event,
+    def __init__(self, spark: SparkSession, home: WeirHome, lease: Lease, stop: threading.Event,
                  out: IO[str]) -> None:
         super().__init__(spark, home, lease, stop)
         self.out = out
