@@ -65,9 +65,10 @@ PIPELINE = Pipeline(
     # their micro-batches' fixed cost would otherwise share the cores with the ingest at every
     # trigger (docs/performance.md, "The deployed driver's latency").
     derived_trigger_interval="10 seconds",
-    # ... and in a process of their own at a lower priority, so the ingest takes the cores first
-    # (docs/performance.md, "Gold and the sessions in a process of their own").
-    derived_in_own_process=True,
+    # Not in a process of their own (`derived_in_own_process`): on two cores a saturated ingest
+    # leaves a niced second process no batch for minutes, and gold must stay current; a deployment
+    # that puts silver's latency first turns it on (docs/performance.md, "Gold and the sessions in
+    # a process of their own").
     restart_policy=RestartPolicy(initial_backoff_s=2, max_backoff_s=60, max_restarts=5, window_s=3600),
     # Applied by the stream and the back-fill to each batch: true (or null) for an acceptable row;
     # `quarantine` sends a violating row to quarantine ("rule <name>"), `fail` fails the batch

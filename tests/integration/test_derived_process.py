@@ -66,8 +66,7 @@ def recorded_by(home) -> dict[str, set[int]] | None:
 
 def test_the_second_process_is_niced_watched_and_dies_with_the_driver(spark, home, tmp_path):
     pipeline = playback(files_per_trigger=1)
-    assert pipeline.derived_in_own_process, "the catalog's playback entry runs them apart"
-    conf = write_catalog(tmp_path / "conf", files_per_trigger=1)
+    conf = write_catalog(tmp_path / "conf", files_per_trigger=1, derived_in_own_process=True)
     written = generate(home.landing("playback"), files=4, sessions_per_file=6, seed=21)
 
     driver = start_driver(home, conf)
