@@ -30,8 +30,9 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
@@ -469,22 +470,33 @@ def _run_queries(spark: SparkSession, pipeline: Pipeline, home: WeirHome, *, onc
     # first: its JVM starts while this one plans its queries, not during the ingest's batches
     second = derived.DerivedProcess.start(spark, pipeline, home) if apart else None
     queries: list[StreamingQuery] = []
-    try:
-        queries = [start_query(spark, pipeline, home, tables, name, once=False, stopping=stop)
-                   for name in queries_of(pipeline) if name not in apart]
+    unending = () if holds_planning(pipeline) else (query_name(pipeline, "ingest"),)
+    with stopped_at_batch_boundary(pipeline.name, queries, monitor, unending=unending, second=second):
+        queries += [start_query(spark, pipeline, home, tables, name, once=False, stopping=stop)
+                    for name in queries_of(pipeline) if name not in apart]
         monitor.watch(queries, elsewhere=second.query_states if second else None)
         log.info("%s running: %s", pipeline.name, ", ".join(q.name for q in queries)
                  + (f"; {', '.join(apart)} in process {second.process.pid}" if second else ""))
         run_until_stopped(queries, stop, failure=second.failure if second else None)
+
+
+@contextmanager
+def stopped_at_batch_boundary(what: str, queries: list[StreamingQuery], monitor: DriverMonitor, *,
+                              unending: Collection[str] = (),
+                              second: derived.DerivedProcess | None = None) -> Iterator[None]:
+    """However the block ends (a stop, a failure, a query that failed to start), stop the queries
+    it put in `queries` at a batch boundary, and the driver's `second` process with them (asked
+    first, so that its stop overlaps theirs)."""
+    try:
+        yield
     finally:
         monitor.state = "stopping"
         if second is not None:
             second.terminate()
-        unending = () if holds_planning(pipeline) else (query_name(pipeline, "ingest"),)
         graceful = stop_at_batch_boundary([q for q in queries if q.isActive], unending=unending)
         if second is not None:
             graceful &= second.wait(STOP_TIMEOUT_S + 30)
-        log.info("%s stopped (%s)", pipeline.name, "at a batch boundary" if graceful else "forced")
+        log.info("%s stopped (%s)", what, "at a batch boundary" if graceful else "forced")
 
 
 def run_until_stopped(queries: list[StreamingQuery], stop: threading.Event, *,
@@ -517,18 +529,14 @@ def run_derived(pipeline: Pipeline, *, parent: int, master: str, states: int,
         with (os.fdopen(states, "w", encoding="utf-8") as out,
               derived.DerivedMonitor(spark, home, lease, stop, out) as monitor):
             names = [q for q in queries_of(pipeline) if q != "ingest"]
-            queries = [start_query(spark, pipeline, home, tables, name, once=False, stopping=stop)
-                       for name in names]
-            monitor.watch(queries)
-            log.info("%s: %s running in the driver's second process (pid %d)", pipeline.name,
-                     ", ".join(q.name for q in queries), os.getpid())
-            try:
+            queries: list[StreamingQuery] = []
+            with stopped_at_batch_boundary(f"{pipeline.name}: {', '.join(names)}", queries, monitor):
+                queries += [start_query(spark, pipeline, home, tables, name, once=False, stopping=stop)
+                            for name in names]
+                monitor.watch(queries)
+                log.info("%s: %s running in the driver's second process (pid %d)", pipeline.name,
+                         ", ".join(q.name for q in queries), os.getpid())
                 run_until_stopped(queries, stop, failure=lambda: derived.parent_gone(parent))
-            finally:
-                monitor.state = "stopping"
-                graceful = stop_at_batch_boundary([q for q in queries if q.isActive])
-                log.info("%s: %s stopped (%s)", pipeline.name, ", ".join(names),
-                         "at a batch boundary" if graceful else "forced")
     return 0
 
 

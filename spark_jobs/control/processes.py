@@ -19,20 +19,24 @@ def hostname() -> str:
     return socket.gethostname()
 
 
-def start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat), or None
-    when there is no such process or it is a zombie."""
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name, the state first (so field N of
+    proc(5) is item N - 3), or None when there is no such process or it is a zombie."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
             text = stat.read()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
+    except OSError:
         return None
     # The command name (field 2) may contain spaces and parentheses: split after its last ')'.
     fields = text[text.rfind(")") + 2:].split()
-    state, ticks = fields[0], fields[19]
-    if state in ("Z", "X"):
-        return None
-    return int(ticks)
+    return None if fields[0] in ("Z", "X") else fields
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat), or None
+    when there is no such process or it is a zombie."""
+    fields = stat_fields(pid)
+    return None if fields is None else int(fields[19])
 
 
 @dataclass(frozen=True)

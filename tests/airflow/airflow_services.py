@@ -6,11 +6,15 @@ Its metadata DB is read directly (sqlite3) to follow DAG runs, task instances an
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +22,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from spark_jobs.control.processes import stat_fields
 from spark_jobs.home import REPO_ROOT, WeirHome
 from spark_jobs.ports import free_ports
 from tests.airflow.supervision_harness import DRIVER_CONF, LOCAL_MASTER
@@ -40,6 +45,33 @@ def airflow_env_file(airflow_home: Path) -> dict[str, str]:
                               "PATH": os.environ.get("PATH", "")})
     pairs = (item.split("=", 1) for item in out.stdout.decode().split("\0") if "=" in item)
     return {k: v for k, v in pairs if k.startswith("AIRFLOW__")}
+
+
+@functools.cache
+def _migrated_template() -> Path:
+    """A SQLite metadata DB migrated once in this test process (`airflow db migrate` takes 8-15 s
+    of both cores here, and six modules each need a fresh DB): a file the DB of each copies."""
+    folder = Path(tempfile.mkdtemp(prefix="weir-airflow-db-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update(AIRFLOW_HOME=str(folder), AIRFLOW__CORE__LOAD_EXAMPLES="False",
+               AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{folder / 'airflow.db'}")
+    out = subprocess.run([str(AIRFLOW), "db", "migrate"], env=env, capture_output=True, text=True,
+                         timeout=600, cwd=folder)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    return folder / "airflow.db"
+
+
+def migrated_db(path: Path) -> None:
+    """A freshly migrated metadata DB at `path` (SQLite, in WAL mode: the components and the
+    tests' own reads share it), copied from this process's migrated one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_migrated_template(), path)
+    connection = sqlite3.connect(path)
+    try:
+        assert connection.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
+    finally:
+        connection.close()
 
 
 def small_spark_jobs() -> dict[str, str]:
@@ -105,13 +137,7 @@ class AirflowServices:
 
     # -- processes --------------------------------------------------------------------------
     def migrate(self) -> None:
-        self.airflow_home.mkdir(parents=True, exist_ok=True)
-        self.cli("db", "migrate", timeout_s=300)
-        connection = sqlite3.connect(self.db_path)
-        try:
-            assert connection.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
-        finally:
-            connection.close()
+        migrated_db(self.db_path)
 
     def start(self, *components: str) -> None:
         env = self.env
@@ -305,10 +331,12 @@ def driver_processes(home: WeirHome, pipeline: str) -> dict[str, list[int]]:
                 continue
             if marker not in (entry / "environ").read_bytes().split(b"\0"):
                 continue
-            # the parent pid: the field after the command's closing parenthesis and the state
-            seen[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]), argv
         except OSError:
             continue
+        fields = stat_fields(int(entry.name))
+        if fields is None:
+            continue
+        seen[int(entry.name)] = int(fields[1]), argv   # its parent pid
         kind = "jvm" if any("SparkSubmit" in a for a in argv) else "python"
         found[kind].append(int(entry.name))
 

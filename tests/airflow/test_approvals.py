@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,15 +30,12 @@ from tests.support.approvals import respond, run_answered, time_out
 pytestmark = [pytest.mark.slow, pytest.mark.airflow, pytest.mark.timeout(900, method="thread")]
 P = "playback"
 START = dt.datetime(2026, 11, 19, 20, 0, tzinfo=dt.UTC)
-AIRFLOW = Path(sys.executable).parent / "airflow"
 
 
 @pytest.fixture(scope="module")
-def home(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[WeirHome, set[str]]]:
+def home(spark, tmp_path_factory: pytest.TempPathFactory,
+         airflow_db: None) -> Iterator[tuple[WeirHome, set[str]]]:
     """A migrated Airflow DB and a WEIR_HOME the playback stream has filled once."""
-    out = subprocess.run([str(AIRFLOW), "db", "migrate"], env=dict(os.environ), capture_output=True,
-                         text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
     root = tmp_path_factory.mktemp("weir-approvals")
     weir = WeirHome(root)
     with pytest.MonkeyPatch.context() as patch:

@@ -37,7 +37,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.airflow, pytest.mark.timeout(900, me
 P = "playback"
 DAY_1 = dt.datetime(2026, 11, 19, 20, 0, tzinfo=dt.UTC)
 DAY_2 = dt.datetime(2026, 11, 20, 9, 0, tzinfo=dt.UTC)
-AIRFLOW = Path(sys.executable).parent / "airflow"
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -52,14 +51,6 @@ class Fed:
     @property
     def tables(self) -> PipelineTables:
         return PipelineTables.of(self.home, catalog.load(P))
-
-
-@pytest.fixture(scope="module")
-def airflow_db() -> None:
-    """The metadata DB of this run's AIRFLOW_HOME (tests/airflow/conftest.py), migrated."""
-    out = subprocess.run([str(AIRFLOW), "db", "migrate"], env=dict(os.environ), capture_output=True,
-                         text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -58,14 +57,6 @@ def token(role: str | None) -> str:
     from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
 
     return init_auth_manager().generate_jwt(SimpleAuthManagerUser(username="oncall", role=role))
-
-
-@pytest.fixture(scope="module")
-def airflow_db() -> None:
-    """The test AIRFLOW_HOME's metadata DB, migrated: the auth manager checks every token
-    against its revoked-token table."""
-    subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], check=True,
-                   capture_output=True, timeout=600)
 
 
 @pytest.fixture(scope="module")

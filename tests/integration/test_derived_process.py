@@ -13,6 +13,7 @@ import pytest
 from spark_jobs import stream
 from spark_jobs.control import progress
 from spark_jobs.control.heartbeat import read_heartbeat
+from spark_jobs.control.processes import stat_fields
 from spark_jobs.derived import NICENESS
 from spark_jobs.generator import generate
 from tests.integration.pipelines import playback, write_catalog
@@ -23,21 +24,11 @@ pytestmark = pytest.mark.slow
 DERIVED = ("playback_gold", "playback_sessions")
 
 
-def stat(pid: int) -> list[str] | None:
-    """The fields of /proc/PID/stat after the command (state first), or None once it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rfind(")") + 2:].split()
-    return None if fields[0] in ("Z", "X") else fields
-
-
 def children(pid: int) -> dict[int, str]:
     """The live children of `pid`: their command lines."""
     found = {}
     for entry in Path("/proc").iterdir():
-        fields = stat(int(entry.name)) if entry.name.isdigit() else None
+        fields = stat_fields(int(entry.name)) if entry.name.isdigit() else None
         if fields is not None and int(fields[1]) == pid:
             try:
                 found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
@@ -75,7 +66,7 @@ def test_the_second_process_is_niced_watched_and_dies_with_the_driver(spark, hom
                           lambda: derived_batches_reported(home) and second_process(driver.pid),
                           600, abort=exited(driver))
         jvm = next(pid for pid, command in children(second).items() if "java" in command)
-        assert [int(stat(pid)[16]) for pid in (driver.pid, second, jvm)] == [0, NICENESS, NICENESS]
+        assert [int(stat_fields(pid)[16]) for pid in (driver.pid, second, jvm)] == [0, NICENESS, NICENESS]
         # each process records its own queries' progress
         recorders = wait_for("progress rows of every query", lambda: recorded_by(home), 60)
         assert recorders == {"playback_ingest": {driver.pid}, "playback_gold": {second},
@@ -101,7 +92,7 @@ def test_the_second_process_is_niced_watched_and_dies_with_the_driver(spark, hom
         driver.send_signal(signal.SIGKILL)
         driver.wait(30)
         wait_for("the second process and its JVM gone",
-                 lambda: stat(second) is None and stat(jvm) is None, 60)
+                 lambda: stat_fields(second) is None and stat_fields(jvm) is None, 60)
     finally:
         if driver.poll() is None:
             driver.kill()
