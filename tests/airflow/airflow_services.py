@@ -64,9 +64,17 @@ def _migrated_template() -> Path:
 
 def migrated_db(path: Path) -> None:
     """A freshly migrated metadata DB at `path` (SQLite, in WAL mode: the components and the
-    tests' own reads share it), copied from this process's migrated one."""
+    tests' own reads share it), copied from this process's migrated one, and the configuration
+    the migration wrote beside it, for this folder, unless the folder has one: the components
+    started next would each write one of their own at once, each with another Fernet key (a
+    trigger's arguments, encrypted by the scheduler, then fail to decrypt in the triggerer)."""
+    template = _migrated_template()
     path.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(_migrated_template(), path)
+    shutil.copyfile(template, path)
+    config = path.parent / "airflow.cfg"
+    if not config.exists():
+        text = (template.parent / "airflow.cfg").read_text()
+        config.write_text(text.replace(str(template.parent), str(path.parent)))
     connection = sqlite3.connect(path)
     try:
         assert connection.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
