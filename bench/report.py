@@ -409,6 +409,8 @@ def markdown_summary(doc: Document) -> str:
                        ("The bare job's latency run", "bare_latency")):
         lat = _result(doc, job)
         if lat.get("batches") is not None:
+            if lat.get("entry"):
+                label += " with " + ", ".join(f"`{k}={v}`" for k, v in lat["entry"].items())
             lines += ["", f"{label}: {lat.get('events_measured')} events measured of "
                           f"{lat.get('events_written')} written at {_fmt(lat.get('rate'))} ev/s, "
                           f"{lat.get('batches')} micro-batches, p50 {_fmt(lat.get('p50_s'), ' s')}, "
