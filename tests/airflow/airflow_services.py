@@ -7,7 +7,6 @@ Its metadata DB is read directly (sqlite3) to follow DAG runs, task instances an
 from __future__ import annotations
 
 import atexit
-import functools
 import os
 import shutil
 import signal
@@ -18,7 +17,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +46,10 @@ def airflow_env_file(airflow_home: Path) -> dict[str, str]:
     return {k: v for k, v in pairs if k.startswith("AIRFLOW__")}
 
 
-@functools.cache
+@cache
 def _migrated_template() -> Path:
-    """A SQLite metadata DB migrated once in this test process (`airflow db migrate` takes 8-15 s
-    of both cores here, and six modules each need a fresh DB): a file the DB of each copies."""
+    """A SQLite metadata DB migrated once in this test process, which each DB the tests need
+    copies (`airflow db migrate` takes 8-15 s of both cores here; the suite ran it six times)."""
     folder = Path(tempfile.mkdtemp(prefix="weir-airflow-db-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
