@@ -173,6 +173,7 @@ def summarise(doc: Document) -> dict[str, Any]:
              lambda v: v < 1.0, _why(doc, "dq")),
         one_file_goal(doc),
         growth_goal(doc),
+        history_goal(doc),
     ]
     return {"rates": rates, "ratios": ratios, "metrics": others, "goals": goals,
             "cpu_by_query": cpu_by_query(doc),
@@ -223,6 +224,19 @@ def growth_goal(doc: Document) -> dict[str, Any]:
             "by_batch": growth,
             "why_not_measured": None if value is not None else
             (_why(doc, "silver_growth") if not rows else "fewer than two sizes of silver measured")}
+
+
+def history_goal(doc: Document) -> dict[str, Any]:
+    """A day's back-fill among the most days of history against the same back-fill among the
+    fewest (issue 11: one day out of 30 days of bronze costs about one day's work, not thirty).
+    Within 1.2x: a cost that grew with history by even 1 % a day would show 1.3x at 30 days."""
+    points = [p for p in _result(doc, "backfill").get("growth") or [] if p.get("days")]
+    value = _ratio(points[-1]["seconds"], points[0]["seconds"]) if len(points) > 1 else None
+    days = f" ({points[0]['days']} → {points[-1]['days']} days)" if len(points) > 1 else ""
+    return {"goal": f"a day's back-fill as history grows{days}", "target": "<= 1.2x", "value": value,
+            "reached": None if value is None else value <= 1.2,
+            "why_not_measured": None if value is not None else
+            (_why(doc, "backfill") if not points else "fewer than two sizes of history measured")}
 
 
 def cpu_at(timeline: list[list[float]], at: float) -> float | None:
@@ -456,12 +470,16 @@ def markdown_summary(doc: Document) -> str:
                   for step, sec in backfill["steps"].items()]
     if backfill.get("growth"):
         steps = list(backfill["growth"][0]["steps"])
-        lines += ["", "## The same back-fill as silver grows (copies of the day under earlier dates; a "
-                      "rerun each: nothing to change)", "",
-                  "| silver rows | whole, s | " + " | ".join(f"{step}, s" for step in steps) + " |",
-                  "|---|---|" + "---|" * len(steps)]
-        lines += [f"| {row['silver_rows']:,} | {_fmt(row['seconds'])} | "
-                  + " | ".join(_fmt(row["steps"].get(step)) for step in steps) + " |"
+        lines += ["", "## The same day's back-fill among days of history (copies of the day under earlier "
+                      "dates in bronze and silver; the day's silver and gold deleted, back-filled, then "
+                      "back-filled again: nothing to change)", "",
+                  "| days | bronze rows | silver rows | bronze lines read | back-fill, s | "
+                  + " | ".join(f"{step}, s" for step in steps) + " | rerun, s |",
+                  "|---|---|---|---|---|" + "---|" * len(steps) + "---|"]
+        lines += [f"| {row.get('days', '')} | {_fmt(row.get('bronze_rows'))} | {_fmt(row['silver_rows'])} | "
+                  f"{_fmt(row.get('lines_read'))} | {_fmt(row['seconds'])} | "
+                  + " | ".join(_fmt(row["steps"].get(step)) for step in steps)
+                  + f" | {_fmt(row.get('rerun_seconds'))} |"
                   for row in backfill["growth"]]
     if s["memory"]:
         lines += ["", "## Peak memory and CPU time per run (sampled from /proc every 0.5 s)", "",

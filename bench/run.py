@@ -73,6 +73,7 @@ class Profile:
     steady_interval_s: float     # steady arrival: one base file every this many seconds
     ceiling_repeats: int
     silver_rows: tuple[int, ...]  # `growth`: the sizes of silver a micro-batch is timed against
+    history_days: tuple[int, ...]  # `backfill`: the days of history a day's back-fill is timed among
     run_timeout_s: float         # per measured run
     budget_s: float              # the whole invocation
 
@@ -82,11 +83,12 @@ class Profile:
 VOLUME = Profile(base=Size(files=20, sessions_per_file=4650), scale=Size(files=80, sessions_per_file=4650),
                  one_file=Size(files=172, sessions_per_file=4650),   # one file of ~2.3 GB, ~8.7M lines
                  steady_interval_s=5.0, ceiling_repeats=3, silver_rows=(1_000_000, 4_000_000, 10_000_000),
+                 history_days=(1, 10, 30),
                  run_timeout_s=1800, budget_s=3600)
 QUICK = Profile(base=Size(files=2, sessions_per_file=6), scale=Size(files=8, sessions_per_file=6),
                 one_file=Size(files=4, sessions_per_file=6),
-                steady_interval_s=1.0, ceiling_repeats=1, silver_rows=(1_000, 3_000), run_timeout_s=300,
-                budget_s=1200)
+                steady_interval_s=1.0, ceiling_repeats=1, silver_rows=(1_000, 3_000), history_days=(1, 3),
+                run_timeout_s=300, budget_s=1200)
 
 
 @dataclass
@@ -192,8 +194,8 @@ def run_one(suite: Suite, name: str) -> None:
     elif name == "ladder":     # the floor's steps to the platform's micro-batch
         for step in range(1, len(LADDER)):
             run_worker(suite, "ladder", suite.spec("ladder", f"ladder_{step}", step=step))
-    elif name == "backfill":    # the day back-filled, then again as silver grows beside it
-        run_worker(suite, name, suite.spec(name, name, silver_rows=list(p.silver_rows)))
+    elif name == "backfill":    # the day back-filled, then again among days of history
+        run_worker(suite, name, suite.spec(name, name, history_days=list(p.history_days)))
     elif name == "steady":
         for job in ("bare", "platform"):
             run_worker(suite, f"{job}_steady", suite.spec(f"{job}_steady", f"{job}_steady",

@@ -59,7 +59,7 @@ from spark_jobs.tables import delta_version
 from spark_jobs.topology import query_name
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
     from pyspark.sql.types import StructType
 
@@ -449,10 +449,13 @@ def bare_kafka_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -
 
 def backfill_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
     """A back-fill of the dataset's day after the stream ingested it, silver and gold deleted as if
-    they had to be re-derived; then again (nothing to change). With `silver_rows`, silver then grows
-    to each of those sizes by copies of the day under earlier dates (`SilverCopies`) and the day is
-    back-filled again at each: what its cost owes to the history silver holds beside it."""
+    they had to be re-derived; then again (nothing to change). With `history_days`, bronze and
+    silver then grow to that many days by copies of the day under earlier dates (`DayCopies`), and
+    at each size the day's silver and gold rows are deleted, the day back-filled and back-filled
+    again: what a day's back-fill owes to the history beside it (issue 11: one day out of 30 must
+    cost about one day's work). `lines_read` at each size says whether it read only its day."""
     from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
 
     from spark_jobs.backfill import backfill
     from spark_jobs.layers import ensure_tables
@@ -463,61 +466,112 @@ def backfill_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> 
     tables = ensure_tables(spark, home, p)
     link_into(data, home.landing(PIPELINE))
     run_stream(start_query(spark, p, home, tables, "ingest", once=True))
-    day_silver = delta_version(tables.silver)
-    assert day_silver is not None, "the stream wrote no silver"
-    for path in (tables.silver, tables.gold):       # as if silver and gold had to be re-derived
-        DeltaTable.forPath(spark, str(path)).delete()
+    day_versions = {layer: delta_version(getattr(tables, layer)) for layer in ("bronze", "silver")}
+    assert day_versions["silver"] is not None, "the stream wrote no silver"
     day = dt.date.fromisoformat(data.day)
+
+    def delete_day(whole: bool = False) -> None:
+        """Silver's and gold's rows of the day, as if they had to be re-derived (every row: whole)."""
+        for path in (tables.silver, tables.gold):
+            table = DeltaTable.forPath(spark, str(path))
+            table.delete() if whole else table.delete(F.col("event_date") == F.lit(day))
 
     def timed() -> tuple[float, Any]:
         started = time.monotonic()
         result = backfill(spark, p, day, day, home)
         return time.monotonic() - started, result
 
+    delete_day(whole=True)
     seconds, first = timed()
     rerun_seconds, again = timed()
     growth = []
-    copies = SilverCopies(spark, tables.silver, p, day_silver)
-    for target in spec.params.get("silver_rows", []):
-        rows = copies.to(target)
+    copies = DayCopies(spark, p, day, tables.silver, day_versions["silver"],
+                       bronze=(tables.bronze, day_versions["bronze"]))
+    for days in spec.params.get("history_days", []):
+        copies.to_days(days)
+        delete_day()
         at_size, result = timed()
-        growth.append({"silver_rows": rows, "seconds": round(at_size, 3), "steps": result.seconds,
-                       "changed": result.silver_replaced or result.gold_replaced})
+        rerun_at_size, rerun = timed()
+        growth.append({"days": copies.days, "bronze_rows": copies.bronze_rows,
+                       "silver_rows": copies.rows, "lines_read": result.lines_read,
+                       "seconds": round(at_size, 3), "rerun_seconds": round(rerun_at_size, 3),
+                       "steps": result.seconds, "rerun_steps": rerun.seconds,
+                       "rerun_changed": rerun.silver_replaced or rerun.gold_replaced})
     return {"seconds": seconds, "rerun_seconds": rerun_seconds,
             "rerun_changed": again.silver_replaced or again.gold_replaced,
             "lines_read": first.lines_read, "steps": first.seconds, "rerun_steps": again.seconds,
             "growth": growth}
 
 
-class SilverCopies:
-    """Silver grown by copies of one day's rows (silver as of `day_version`, when it held only that
-    day) under earlier dates, with other event ids, appended directly: what weeks of a stream leave,
-    in seconds. The key hash is left to Delta, which generates it from the new key. `rows` is
-    silver's size (its latest version)."""
+class DayCopies:
+    """Days of history in seconds: silver (and with `bronze`, bronze) grown by copies of one day
+    under earlier dates, appended directly. Each copy is of the table as of the version where it
+    held only that day; copy k has its event ids suffixed `~k`, its event times, ingest times and
+    dates k days earlier, and its lines' identity (source) suffixed `#copy-k`. A bronze copy's
+    lines are rewritten to match: parsed, they derive exactly silver's copy. The key hash is left to
+    Delta, which generates it from the new key. `rows` is silver's size, `bronze_rows` bronze's,
+    `days` how many days each holds."""
 
-    def __init__(self, spark: SparkSession, silver: Path, pipeline: Pipeline, day_version: int) -> None:
-        self.silver, self.pipeline, self.copies = silver, pipeline, 0
-        self.day = spark.read.format("delta").option("versionAsOf", day_version).load(str(silver))
-        self.day_rows = self.day.count()
+    def __init__(self, spark: SparkSession, pipeline: Pipeline, day: dt.date, silver: Path,
+                 silver_version: int, *, bronze: tuple[Path, int | None] | None = None) -> None:
+        from spark_jobs.transforms import KEY_HASH
+
+        def as_of(path: Path, version: int | None) -> DataFrame:
+            return spark.read.format("delta").option("versionAsOf", version).load(str(path))
+
+        self.pipeline, self.day, self.days, self.silver = pipeline, day, 1, silver
+        self.silver_day = as_of(silver, silver_version).drop(KEY_HASH)
+        self.day_rows = self.silver_day.count()
         self.rows = spark.read.format("delta").load(str(silver)).count()
+        self.bronze = bronze[0] if bronze else None
+        self.bronze_day = as_of(*bronze) if bronze else None
+        self.bronze_day_rows = self.bronze_day.count() if self.bronze_day is not None else 0
+        self.bronze_rows = (spark.read.format("delta").load(str(self.bronze)).count()
+                            if self.bronze else 0)
 
     def to(self, target: int) -> int:
         """Append copies until silver holds at least `target` rows; its size then."""
+        while self.rows < target:
+            self._copy()
+        return self.rows
+
+    def to_days(self, days: int) -> None:
+        """Append copies until each table holds `days` days."""
+        while self.days < days:
+            self._copy()
+
+    def _copy(self) -> None:
         from pyspark.sql import functions as F
 
-        from spark_jobs.transforms import KEY_HASH
+        p, k = self.pipeline, self.days
+        earlier = F.expr(f"INTERVAL {k} DAYS")
+        lineage = F.lit(f"#copy-{k}")
+        silver = {p.key: F.concat(F.col(p.key), F.lit(f"~{k}")),
+                  p.event_time: F.col(p.event_time) - earlier,
+                  "event_date": F.date_sub("event_date", k),
+                  "_source": F.concat("_source", lineage), "_ingest_time": F.col("_ingest_time") - earlier}
+        append(self.silver_day, silver, self.silver)
+        self.rows += self.day_rows
+        if self.bronze_day is not None and self.bronze is not None:
+            copy_day = (self.day - dt.timedelta(days=k)).isoformat()
+            line = F.regexp_replace("value", f'"{p.key}":"([^"]*)"', f'"{p.key}":"$1~{k}"')
+            line = F.regexp_replace(line, f'"{p.event_time}":"{self.day.isoformat()}T',
+                                    f'"{p.event_time}":"{copy_day}T')
+            bronze = {"value": line, "source": F.concat("source", lineage),
+                      "ingest_time": F.col("ingest_time") - earlier,
+                      "ingest_date": F.date_sub("ingest_date", k),
+                      "event_date_hint": F.date_sub("event_date_hint", k)}
+            append(self.bronze_day, bronze, self.bronze)
+            self.bronze_rows += self.bronze_day_rows
+        self.days += 1
 
-        p = self.pipeline
-        while self.rows < target:
-            self.copies += 1
-            keyed = {p.key: F.concat(F.col(p.key), F.lit(f"~{self.copies}")),
-                     p.event_time: F.col(p.event_time) - F.expr(f"INTERVAL {self.copies} DAYS"),
-                     "event_date": F.date_sub("event_date", self.copies)}
-            (self.day.select(*[keyed.get(c, F.col(c)).alias(c) for c in self.day.columns
-                               if c != KEY_HASH])
-             .write.format("delta").mode("append").save(str(self.silver)))
-            self.rows += self.day_rows
-        return self.rows
+
+def append(rows: DataFrame, replaced: dict[str, Column], path: Path) -> None:
+    """`rows` with some columns replaced, appended to the Delta table at `path`."""
+    from pyspark.sql import functions as F
+
+    (rows.select(*[replaced.get(c, F.col(c)).alias(c) for c in rows.columns])
+     .write.format("delta").mode("append").save(str(path)))
 
 
 def ingest_profile_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
@@ -637,7 +691,7 @@ def silver_growth_once(spark: SparkSession, spec: Spec, data: Dataset, name: str
         return {"lines": lines, "seconds": round(seconds, 3), "gc_s": round(gc, 3), **record}
 
     timed_batch(IngestBatch(p, t), "small")   # the JVM's first batches compile what every later one runs
-    copies = SilverCopies(spark, t.silver, p, day_version)
+    copies = DayCopies(spark, p, dt.date.fromisoformat(data.day), t.silver, day_version)
     day_versions = {layer: delta_version(getattr(t, layer)) for layer in ("bronze", "quarantine")}
     sized: list[tuple[int, IngestBatch]] = []
     for target in spec.params["silver_rows"]:

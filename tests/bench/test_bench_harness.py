@@ -94,7 +94,9 @@ def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path)
     assert one_file["value"] is None and one_file["why_not_measured"] == "not selected in this run"
     [growth] = [g for name, g in by_name.items() if name.startswith("a micro-batch's cost as silver grows")]
     assert growth["value"] is None and growth["why_not_measured"] == "not selected in this run"
-    assert len(summary["goals"]) == 9
+    [history] = [g for name, g in by_name.items() if name.startswith("a day's back-fill as history grows")]
+    assert history["value"] is None and history["why_not_measured"] == "no number in its result"
+    assert len(summary["goals"]) == 10
     assert {(r["job"], r["lines"]) for r in summary["scaling"]} >= {
         ("platform → silver", 1000), ("platform → silver", 4000), ("platform → gold", 4000)}
     doc["environment"]["git_changed"] = ["bench/run.py", "spark_jobs/backfill.py"]   # not committed
@@ -206,6 +208,27 @@ def test_the_growth_goal_is_not_measured_without_two_sizes_of_silver() -> None:
                                       "points": [growth_point(1_000_000, [2.0], [10.0])]}}, ["growth"])
     [goal] = [g for g in report.summarise(doc)["goals"] if g["goal"].startswith("a micro-batch's cost")]
     assert goal["reached"] is None and goal["why_not_measured"] == "fewer than two sizes of silver measured"
+
+
+def history_point(days: int, seconds: float) -> dict[str, Any]:
+    return {"days": days, "bronze_rows": days * 1000, "silver_rows": days * 900, "lines_read": 1000,
+            "seconds": seconds, "rerun_seconds": seconds * 0.7, "steps": {"read+parse": 1.0, "silver": 2.0},
+            "rerun_steps": {"read+parse": 1.0, "silver": 1.5}, "rerun_changed": False}
+
+
+@pytest.mark.parametrize(("at_30_days", "reached"), [(55.0, True), (66.0, False)])
+def test_the_history_goal_is_a_days_backfill_among_the_most_days_against_the_fewest(
+        tmp_path: Path, at_30_days: float, reached: bool) -> None:
+    doc = document({"backfill": {"workload": "backfill", "events_per_s": 375.0, "steps": {"silver": 2.0},
+                                 "growth": [history_point(1, 50.0), history_point(10, 52.0),
+                                            history_point(30, at_30_days)]}}, ["backfill"])
+    doc["summary"] = s = report.summarise(doc)
+    [goal] = [g for g in s["goals"] if g["goal"] == "a day's back-fill as history grows (1 → 30 days)"]
+    assert goal["value"] == pytest.approx(at_30_days / 50.0)
+    assert goal["reached"] is reached
+    report.write(doc, tmp_path, stem="h")
+    assert f"| 30 | 30000 | 27000 | 1000 | {at_30_days:.2f} | 1.00 | 2.00 | {at_30_days * 0.7:.2f} |" in (
+        tmp_path / "h.md").read_text()
 
 
 @pytest.mark.parametrize(("exact", "gigabytes", "reached"), [
