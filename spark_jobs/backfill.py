@@ -60,6 +60,10 @@ log = logging.getLogger(__name__)
 # read from a few small bronze files came in two partitions, cached blocks of over 260 MB that a
 # 1 GB driver could not hold; a day of four million ran out of memory in the dedupe's four.
 PARTITION_LINES = 100_000
+# Up to this many lines read, a back-fill broadcasts their key hashes (8 bytes each, about 64 MB
+# of the driver's memory at most) to find which of their events silver holds under another date
+# (`_first_copies`); above it, the hashes are joined by a shuffle.
+BROADCAST_HASHES_LINES = 4_000_000
 # Rounds of "recompute gold from silver, merge the differences": more than one only when the
 # stream commits silver or gold for these dates while the back-fill runs.
 GOLD_ROUNDS = 4
@@ -171,7 +175,7 @@ def _backfill(spark: SparkSession, pipeline: Pipeline, date_from: dt.date, date_
                                     partitions=partitions)
         lineage = parsed.select("_source", "_position")
         silver_replaced = steps.time("silver", lambda: reconcile(
-            _first_copies(derived, tables, pipeline, in_range), tables.silver, (pipeline.key,),
+            _first_copies(derived, tables, pipeline, in_range, read), tables.silver, (pipeline.key,),
             scope=in_range, partition="event_date", owned=lineage, before_write=lambda: hold("silver")))
         quarantine_replaced = steps.time("quarantine", lambda: _reconcile_quarantine(
             parsed, tables, pipeline, date_from, date_to, hold))
@@ -193,13 +197,29 @@ def _backfill(spark: SparkSession, pipeline: Pipeline, date_from: dt.date, date_
 
 
 def _first_copies(derived: DataFrame, tables: PipelineTables, pipeline: Pipeline,
-                  in_range: str) -> DataFrame:
+                  in_range: str, lines: int) -> DataFrame:
     """The derived silver rows of the range, less the events silver already holds under a date
     outside it: an event resent with another event time keeps its first ingested copy, which the
-    stream put in silver first (the copies a back-fill reads are deduplicated the same way)."""
+    stream put in silver first (the copies a back-fill reads are deduplicated the same way).
+
+    Such an event may stand under any other date, so every row of silver outside the range is
+    looked at, by its key hash first: the range's hashes are broadcast (when its `lines` are at
+    most `BROADCAST_HASHES_LINES`) and silver's rows outside it are filtered against them where
+    they are read, so that only the rows whose hash is the range's reach the join on the key
+    itself. Joined on the key alone, every key of silver's history was shuffled and sorted: a
+    day's back-fill among 30 days of history took 1.3 times as long as among one
+    (docs/performance.md, "A day's back-fill among 30 days of history")."""
+    rows = derived.where(in_range)
+    expression = transforms.key_hash_expression((pipeline.key,))
+    hashes = rows.select(F.expr(expression).alias(transforms.KEY_HASH)).distinct()
     silver = derived.sparkSession.read.format("delta").load(str(tables.silver))
-    elsewhere = silver.where(f"NOT ({in_range})").select(pipeline.key)
-    return derived.where(in_range).join(elsewhere, on=pipeline.key, how="left_anti")
+    if transforms.KEY_HASH not in silver.columns:      # a silver from before its key hash
+        silver = silver.withColumn(transforms.KEY_HASH, F.expr(expression))
+    elsewhere = (silver.where(f"NOT ({in_range})").select(pipeline.key, transforms.KEY_HASH)
+                 .join(F.broadcast(hashes) if lines <= BROADCAST_HASHES_LINES else hashes,
+                       on=transforms.KEY_HASH, how="left_semi")
+                 .select(pipeline.key))
+    return rows.join(elsewhere, on=pipeline.key, how="left_anti")
 
 
 def _reconcile_quarantine(parsed: DataFrame, tables: PipelineTables, pipeline: Pipeline,
