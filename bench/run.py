@@ -195,7 +195,9 @@ def run_one(suite: Suite, name: str) -> None:
         for step in range(1, len(LADDER)):
             run_worker(suite, "ladder", suite.spec("ladder", f"ladder_{step}", step=step))
     elif name == "backfill":    # the day back-filled, then again among days of history
-        run_worker(suite, name, suite.spec(name, name, history_days=list(p.history_days)))
+        # each size's back-fills twice (a turn each way), after 29 days of copies: about 30 min
+        run_worker(suite, name, suite.spec(name, name, history_days=list(p.history_days)),
+                   limit_s=2 * p.run_timeout_s)
     elif name == "steady":
         for job in ("bare", "platform"):
             run_worker(suite, f"{job}_steady", suite.spec(f"{job}_steady", f"{job}_steady",

@@ -450,10 +450,15 @@ def bare_kafka_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -
 def backfill_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
     """A back-fill of the dataset's day after the stream ingested it, silver and gold deleted as if
     they had to be re-derived; then again (nothing to change). With `history_days`, bronze and
-    silver then grow to that many days by copies of the day under earlier dates (`DayCopies`), and
-    at each size the day's silver and gold rows are deleted, the day back-filled and back-filled
-    again: what a day's back-fill owes to the history beside it (issue 11: one day out of 30 must
-    cost about one day's work). `lines_read` at each size says whether it read only its day."""
+    silver then grow to each of those numbers of days by copies of the day under earlier dates
+    (`DayCopies`), and each size gets a home of its own: every table shallow-cloned as of that
+    size (the files stay where they are; a clone's writes go to its own folder). At every size the
+    day's silver and gold rows are deleted, the day back-filled, then back-filled again (nothing to
+    change), **the sizes taking turns**, in two rounds of opposite order: the JVM's age and the
+    machine's drift fall on every size alike (measured one after the other, a slower machine at
+    the end was charged to the largest size). What a day's back-fill owes to the history beside
+    it (issue 11: one day out of 30 must cost about one day's work); `lines_read` at each size
+    says whether it read only its day."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
@@ -470,37 +475,69 @@ def backfill_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> 
     assert day_versions["silver"] is not None, "the stream wrote no silver"
     day = dt.date.fromisoformat(data.day)
 
-    def delete_day(whole: bool = False) -> None:
+    def delete_day(at: PipelineTables, whole: bool = False) -> None:
         """Silver's and gold's rows of the day, as if they had to be re-derived (every row: whole)."""
-        for path in (tables.silver, tables.gold):
+        for path in (at.silver, at.gold):
             table = DeltaTable.forPath(spark, str(path))
             table.delete() if whole else table.delete(F.col("event_date") == F.lit(day))
 
-    def timed() -> tuple[float, Any]:
+    def timed(at: WeirHome) -> tuple[float, Any]:
         started = time.monotonic()
-        result = backfill(spark, p, day, day, home)
+        result = backfill(spark, p, day, day, at)
         return time.monotonic() - started, result
 
-    delete_day(whole=True)
-    seconds, first = timed()
-    rerun_seconds, again = timed()
-    growth = []
+    delete_day(tables, whole=True)
+    seconds, first = timed(home)
+    rerun_seconds, again = timed(home)
     copies = DayCopies(spark, p, day, tables.silver, day_versions["silver"],
                        bronze=(tables.bronze, day_versions["bronze"]))
+    sizes = []
     for days in spec.params.get("history_days", []):
         copies.to_days(days)
-        delete_day()
-        at_size, result = timed()
-        rerun_at_size, rerun = timed()
-        growth.append({"days": copies.days, "bronze_rows": copies.bronze_rows,
-                       "silver_rows": copies.rows, "lines_read": result.lines_read,
-                       "seconds": round(at_size, 3), "rerun_seconds": round(rerun_at_size, 3),
-                       "steps": result.seconds, "rerun_steps": rerun.seconds,
-                       "rerun_changed": rerun.silver_replaced or rerun.gold_replaced})
+        sizes.append(({"days": copies.days, "bronze_rows": copies.bronze_rows, "silver_rows": copies.rows,
+                       "runs": []}, cloned(spark, home, fresh_home(spec, f"{name}-{copies.days}d"))))
+    for turn in (sizes, sizes[::-1]):
+        for point, at in turn:
+            delete_day(PipelineTables.of(at, p))
+            at_size, result = timed(at)
+            rerun_at_size, rerun = timed(at)
+            point["runs"].append({"seconds": round(at_size, 3), "rerun_seconds": round(rerun_at_size, 3),
+                                  "lines_read": result.lines_read, "steps": result.seconds,
+                                  "rerun_steps": rerun.seconds,
+                                  "rerun_changed": rerun.silver_replaced or rerun.gold_replaced})
     return {"seconds": seconds, "rerun_seconds": rerun_seconds,
             "rerun_changed": again.silver_replaced or again.gold_replaced,
             "lines_read": first.lines_read, "steps": first.seconds, "rerun_steps": again.seconds,
-            "growth": growth}
+            "growth": [history_point(point) for point, _ in sizes]}
+
+
+def cloned(spark: SparkSession, home: WeirHome, into: WeirHome) -> WeirHome:
+    """`into` holding a shallow clone of each of `home`'s tables at its latest version, and a copy
+    of its checkpoints and control files."""
+    for log in sorted(home.root.glob("tables/*/*/_delta_log")):
+        table = log.parent
+        spark.sql(f"CREATE TABLE delta.`{into.root / table.relative_to(home.root)}` SHALLOW CLONE "
+                  f"delta.`{table}` VERSION AS OF {delta_version(table)}")
+    for folder in ("checkpoints", "control"):
+        if (home.root / folder).is_dir():
+            shutil.copytree(home.root / folder, into.root / folder)
+    return into
+
+
+def history_point(point: dict[str, Any]) -> Result:
+    """A size's back-fill timings over its turns: each run's, and their means (the step times
+    too), whose first and rerun `seconds` the report and the goal read."""
+    runs = point["runs"]
+
+    def mean_steps(field: str) -> dict[str, float]:
+        return {step: round(statistics.fmean(r[field].get(step, 0.0) for r in runs), 3)
+                for step in runs[0][field]}
+
+    return {**point, "seconds": round(statistics.fmean(r["seconds"] for r in runs), 3),
+            "rerun_seconds": round(statistics.fmean(r["rerun_seconds"] for r in runs), 3),
+            "lines_read": runs[0]["lines_read"], "steps": mean_steps("steps"),
+            "rerun_steps": mean_steps("rerun_steps"),
+            "rerun_changed": any(r["rerun_changed"] for r in runs)}
 
 
 class DayCopies:

@@ -209,12 +209,12 @@ def _first_copies(derived: DataFrame, tables: PipelineTables, pipeline: Pipeline
     itself. Joined on the key alone, every key of silver's history was shuffled and sorted: a
     day's back-fill among 30 days of history took 1.3 times as long as among one
     (docs/performance.md, "A day's back-fill among 30 days of history")."""
-    rows = derived.where(in_range)
-    expression = transforms.key_hash_expression((pipeline.key,))
-    hashes = rows.select(F.expr(expression).alias(transforms.KEY_HASH)).distinct()
+    rows = derived.where(in_range)          # `transforms.silver`'s rows carry their key hash
+    hashes = rows.select(transforms.KEY_HASH).distinct()
     silver = derived.sparkSession.read.format("delta").load(str(tables.silver))
     if transforms.KEY_HASH not in silver.columns:      # a silver from before its key hash
-        silver = silver.withColumn(transforms.KEY_HASH, F.expr(expression))
+        silver = silver.withColumn(transforms.KEY_HASH,
+                                   F.expr(transforms.key_hash_expression((pipeline.key,))))
     elsewhere = (silver.where(f"NOT ({in_range})").select(pipeline.key, transforms.KEY_HASH)
                  .join(F.broadcast(hashes) if lines <= BROADCAST_HASHES_LINES else hashes,
                        on=transforms.KEY_HASH, how="left_semi")
