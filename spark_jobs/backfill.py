@@ -206,8 +206,8 @@ def _first_copies(derived: DataFrame, tables: PipelineTables, pipeline: Pipeline
     looked at, by its key hash first: the range's hashes are broadcast (when its `lines` are at
     most `BROADCAST_HASHES_LINES`) and silver's rows outside it are filtered against them where
     they are read, so that only the rows whose hash is the range's reach the join on the key
-    itself. Joined on the key alone, every key of silver's history was shuffled and sorted: a
-    day's back-fill among 30 days of history took 1.3 times as long as among one
+    itself. Joined on the key alone, every key of silver's history was shuffled and sorted: the
+    silver step of a day's back-fill took 16-20 s longer among 30 days of history than among one
     (docs/performance.md, "A day's back-fill among 30 days of history")."""
     rows = derived.where(in_range)          # `transforms.silver`'s rows carry their key hash
     hashes = rows.select(transforms.KEY_HASH).distinct()
