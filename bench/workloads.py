@@ -545,10 +545,10 @@ class DayCopies:
     under earlier dates, appended directly. Each copy is of the table as of the version where it
     held only that day; copy k has its event ids suffixed `~k`, its event times k days earlier,
     its lines' identity (source) suffixed `#copy-k`, and in bronze it is ingested on its own day
-    (k days before the dataset's: see `_copy`). A bronze copy's
-    lines are rewritten to match: parsed, they derive exactly silver's copy. The key hash is left to
-    Delta, which generates it from the new key. `rows` is silver's size, `bronze_rows` bronze's,
-    `days` how many days each holds."""
+    (k days before the dataset's: see `_copy`). A bronze copy's lines are rewritten to match:
+    parsed, they derive exactly silver's copy. The key hash is left to Delta, which generates it
+    from the new key. `rows` is silver's size, `bronze_rows` bronze's, `days` how many days each
+    holds."""
 
     def __init__(self, spark: SparkSession, pipeline: Pipeline, day: dt.date, silver: Path,
                  silver_version: int, *, bronze: tuple[Path, int | None] | None = None) -> None:

@@ -224,6 +224,7 @@ def test_a_backfill_looks_at_silvers_history_by_key_hash_without_shuffling_it(sp
     back-fill's silver step took 16-20 s longer among 30 days than among one (issue 11: one day
     out of 30 must cost about one day's work)."""
     from spark_jobs.backfill import _first_copies, date_range
+    from spark_jobs.session import session_conf
 
     pipeline = playback()
     tables = ensure_tables(spark, home, pipeline)
@@ -239,10 +240,7 @@ def test_a_backfill_looks_at_silvers_history_by_key_hash_without_shuffling_it(sp
     derived = transforms.silver(transforms.parse(spark.createDataFrame(day, transforms.BRONZE_SCHEMA),
                                                  pipeline), None, pipeline)
     settings = {"spark.sql.autoBroadcastJoinThreshold": "-1", "spark.sql.adaptive.enabled": "false"}
-    before = {key: spark.conf.get(key) for key in settings}
-    try:
-        for key, value in settings.items():
-            spark.conf.set(key, value)
+    with session_conf(spark, settings):
         first = _first_copies(derived, tables, pipeline, date_range("event_date", LATE_DAY, LATE_DAY),
                               lines=len(day))
         assert sorted(r.event_id for r in first.collect()) == ["e4-0", "e4-1", "e4-2"]
@@ -251,9 +249,6 @@ def test_a_backfill_looks_at_silvers_history_by_key_hash_without_shuffling_it(sp
         for path in paths:
             assert path[0].startswith("BroadcastHashJoin") and "LeftSemi" in path[0], path
             assert "_key_hash" in path[0] and not any(n.startswith("Exchange") for n in path), path
-    finally:
-        for key, value in before.items():
-            spark.conf.set(key, value)
 
 
 def between_scan_and_join(plan) -> list[list[str]]:
