@@ -473,7 +473,7 @@ def markdown_summary(doc: Document) -> str:
         lines += ["", "## The same day's back-fill among days of history (copies of the day under earlier "
                       "dates in bronze and silver, each size on shallow clones of its own; the day's silver "
                       "and gold deleted, back-filled, then back-filled again: nothing to change; the sizes "
-                      "taking turns, one round each way: the means)", "",
+                      "taking turns, one round each way, each turn a fresh worker: the means)", "",
                   "| days | bronze rows | silver rows | bronze lines read | back-fill, s | "
                   + " | ".join(f"{step}, s" for step in steps) + " | rerun, s |",
                   "|---|---|---|---|---|" + "---|" * len(steps) + "---|"]

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import report
+from bench import report, workloads
 from bench.datasets import Dataset, Size, make
 from bench.kafka_throughput import topic_holding
 from bench.process_tree import PeakMemory
@@ -59,6 +59,8 @@ SELF_CONTAINED_TIMEOUT_S = {"recovery": 600.0, "dq": 600.0}
 # The latency runs measure the lines that land this long after the stream started, and those
 # before apart (`workloads.measure_latency`).
 LATENCY_SETTLE_S = 90
+# What a `backfill_at_size` run's result gives its size of history (`backfill_history`).
+HISTORY_RUN = ("seconds", "rerun_seconds", "lines_read", "steps", "rerun_steps", "rerun_changed")
 # The catalog entry's fields the latency run replaces (Python source by field name).
 LATENCY_ENTRY = {"derived_in_own_process": "True"}
 
@@ -195,9 +197,8 @@ def run_one(suite: Suite, name: str) -> None:
         for step in range(1, len(LADDER)):
             run_worker(suite, "ladder", suite.spec("ladder", f"ladder_{step}", step=step))
     elif name == "backfill":    # the day back-filled, then again among days of history
-        # each size's back-fills twice (a turn each way), after 29 days of copies: about 30 min
-        run_worker(suite, name, suite.spec(name, name, history_days=list(p.history_days)),
-                   limit_s=2 * p.run_timeout_s)
+        run_worker(suite, name, suite.spec(name, name, history_days=list(p.history_days)))
+        backfill_history(suite, suite.results[name])
     elif name == "steady":
         for job in ("bare", "platform"):
             run_worker(suite, f"{job}_steady", suite.spec(f"{job}_steady", f"{job}_steady",
@@ -252,6 +253,22 @@ def run_one(suite: Suite, name: str) -> None:
         run_worker(suite, name, {"label": name, "workdir": str(suite.workdir / name),
                                  "quick": suite.quick or name == "dq"},
                    limit_s=SELF_CONTAINED_TIMEOUT_S[name])
+
+
+def backfill_history(suite: Suite, backfill: dict[str, Any]) -> None:
+    """The day's back-fill in each size of history the `backfill` run prepared, each in a fresh
+    worker, the sizes taking turns in two rounds of opposite order: the machine's drift during the
+    run falls on every size alike (measured one after the other, a slower machine at the end was
+    charged to the largest size). Each turn is a result of its own (its peak memory); the sizes'
+    means go to `backfill["growth"]` (`workloads.history_point`)."""
+    sizes = [{**size, "runs": []} for size in backfill.pop("sizes", [])]
+    for turn, order in enumerate((sizes, sizes[::-1]), start=1):
+        for size in order:
+            label = f"backfill_{size['days']}d_{turn}"
+            run_worker(suite, "backfill_at_size", suite.spec("backfill_at_size", label, home=size["home"]))
+            if "not_measured" not in suite.results[label]:
+                size["runs"].append({k: suite.results[label][k] for k in HISTORY_RUN})
+    backfill["growth"] = [workloads.history_point(size) for size in sizes if size["runs"]]
 
 
 def environment() -> dict[str, Any]:

@@ -452,17 +452,9 @@ def backfill_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> 
     they had to be re-derived; then again (nothing to change). With `history_days`, bronze and
     silver then grow to each of those numbers of days by copies of the day under earlier dates
     (`DayCopies`), and each size gets a home of its own: every table shallow-cloned as of that
-    size (the files stay where they are; a clone's writes go to its own folder). At every size the
-    day's silver and gold rows are deleted, the day back-filled, then back-filled again (nothing to
-    change), **the sizes taking turns**, in two rounds of opposite order: the JVM's age and the
-    machine's drift fall on every size alike (measured one after the other, a slower machine at
-    the end was charged to the largest size). What a day's back-fill owes to the history beside
-    it (issue 11: one day out of 30 must cost about one day's work); `lines_read` at each size
-    says whether it read only its day."""
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
-
-    from spark_jobs.backfill import backfill
+    size (the files stay where they are; a clone's writes go to its own folder). The homes are
+    left for `backfill_at_size_once`, which the harness runs in a fresh process per size and turn
+    (`bench.run`); `sizes` names them."""
     from spark_jobs.layers import ensure_tables
     from spark_jobs.stream import start_query
 
@@ -474,41 +466,53 @@ def backfill_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> 
     day_versions = {layer: delta_version(getattr(tables, layer)) for layer in ("bronze", "silver")}
     assert day_versions["silver"] is not None, "the stream wrote no silver"
     day = dt.date.fromisoformat(data.day)
-
-    def delete_day(at: PipelineTables, whole: bool = False) -> None:
-        """Silver's and gold's rows of the day, as if they had to be re-derived (every row: whole)."""
-        for path in (at.silver, at.gold):
-            table = DeltaTable.forPath(spark, str(path))
-            table.delete() if whole else table.delete(F.col("event_date") == F.lit(day))
-
-    def timed(at: WeirHome) -> tuple[float, Any]:
-        started = time.monotonic()
-        result = backfill(spark, p, day, day, at)
-        return time.monotonic() - started, result
-
-    delete_day(tables, whole=True)
-    seconds, first = timed(home)
-    rerun_seconds, again = timed(home)
+    delete_day(spark, tables, day, whole=True)
+    result = timed_backfills(spark, home, day)
     copies = DayCopies(spark, p, day, tables.silver, day_versions["silver"],
                        bronze=(tables.bronze, day_versions["bronze"]))
     sizes = []
     for days in spec.params.get("history_days", []):
         copies.to_days(days)
-        sizes.append(({"days": copies.days, "bronze_rows": copies.bronze_rows, "silver_rows": copies.rows,
-                       "runs": []}, cloned(spark, home, fresh_home(spec, f"{name}-{copies.days}d"))))
-    for turn in (sizes, sizes[::-1]):
-        for point, at in turn:
-            delete_day(PipelineTables.of(at, p))
-            at_size, result = timed(at)
-            rerun_at_size, rerun = timed(at)
-            point["runs"].append({"seconds": round(at_size, 3), "rerun_seconds": round(rerun_at_size, 3),
-                                  "lines_read": result.lines_read, "steps": result.seconds,
-                                  "rerun_steps": rerun.seconds,
-                                  "rerun_changed": rerun.silver_replaced or rerun.gold_replaced})
-    return {"seconds": seconds, "rerun_seconds": rerun_seconds,
-            "rerun_changed": again.silver_replaced or again.gold_replaced,
+        at = cloned(spark, home, fresh_home(spec, f"{name}-{copies.days}d"))
+        sizes.append({"days": copies.days, "bronze_rows": copies.bronze_rows, "silver_rows": copies.rows,
+                      "home": str(at.root)})
+    return {**result, "sizes": sizes}
+
+
+def backfill_at_size_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
+    """One turn of a size of history (`backfill_once`'s home `home`): the day's silver and gold
+    rows deleted, the day back-filled, then back-filled again (nothing to change). A process per
+    turn: one worker running every size's back-fills over three homes' tables ran out of its 1 GB
+    heap late in the run, and its silver step slowed with its age (2026-12-03's records)."""
+    at = WeirHome(Path(spec.params["home"]))
+    day = dt.date.fromisoformat(data.day)
+    delete_day(spark, PipelineTables.of(at, playback()), day)
+    return timed_backfills(spark, at, day)
+
+
+def delete_day(spark: SparkSession, at: PipelineTables, day: dt.date, whole: bool = False) -> None:
+    """Silver's and gold's rows of `day`, as if they had to be re-derived (every row: whole)."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    for path in (at.silver, at.gold):
+        table = DeltaTable.forPath(spark, str(path))
+        table.delete() if whole else table.delete(F.col("event_date") == F.lit(day))
+
+
+def timed_backfills(spark: SparkSession, at: WeirHome, day: dt.date) -> Result:
+    """`day` back-filled in the home `at`, then again (nothing left to change): the first one's
+    seconds, steps and lines read, the rerun's seconds and steps, and whether it changed silver or
+    gold."""
+    from spark_jobs.backfill import backfill
+
+    started = time.monotonic()
+    first = backfill(spark, playback(), day, day, at)
+    seconds = time.monotonic() - started
+    again = backfill(spark, playback(), day, day, at)
+    return {"seconds": round(seconds, 3), "rerun_seconds": round(time.monotonic() - started - seconds, 3),
             "lines_read": first.lines_read, "steps": first.seconds, "rerun_steps": again.seconds,
-            "growth": [history_point(point) for point, _ in sizes]}
+            "rerun_changed": again.silver_replaced or again.gold_replaced}
 
 
 def cloned(spark: SparkSession, home: WeirHome, into: WeirHome) -> WeirHome:
@@ -1177,6 +1181,7 @@ SPARK_WORKLOADS: dict[str, Callable[[SparkSession, Spec, Dataset, str], Result]]
     "bare_kafka": bare_kafka_once,
     "bare_latency": bare_latency_once,
     "backfill": backfill_once,
+    "backfill_at_size": backfill_at_size_once,
     "ingest_profile": ingest_profile_once,
     "silver_growth": silver_growth_once,
 }
