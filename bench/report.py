@@ -473,14 +473,15 @@ def markdown_summary(doc: Document) -> str:
         lines += ["", "## The same day's back-fill among days of history (copies of the day under earlier "
                       "dates in bronze and silver, each size on shallow clones of its own; the day's silver "
                       "and gold deleted, back-filled, then back-filled again: nothing to change; the sizes "
-                      "taking turns, one round each way, each turn a fresh worker: the means)", "",
+                      "taking turns, one round each way, each turn a fresh worker warmed by a back-fill "
+                      "with nothing to change, the cold column: the means)", "",
                   "| days | bronze rows | silver rows | bronze lines read | back-fill, s | "
-                  + " | ".join(f"{step}, s" for step in steps) + " | rerun, s |",
-                  "|---|---|---|---|---|" + "---|" * len(steps) + "---|"]
+                  + " | ".join(f"{step}, s" for step in steps) + " | rerun, s | cold, s |",
+                  "|---|---|---|---|---|" + "---|" * len(steps) + "---|---|"]
         lines += [f"| {row.get('days', '')} | {_fmt(row.get('bronze_rows'))} | {_fmt(row['silver_rows'])} | "
                   f"{_fmt(row.get('lines_read'))} | {_fmt(row['seconds'])} | "
                   + " | ".join(_fmt(row["steps"].get(step)) for step in steps)
-                  + f" | {_fmt(row.get('rerun_seconds'))} |"
+                  + f" | {_fmt(row.get('rerun_seconds'))} | {_fmt(row.get('cold_seconds'))} |"
                   for row in backfill["growth"]]
     if s["memory"]:
         lines += ["", "## Peak memory and CPU time per run (sampled from /proc every 0.5 s)", "",

@@ -60,7 +60,8 @@ SELF_CONTAINED_TIMEOUT_S = {"recovery": 600.0, "dq": 600.0}
 # before apart (`workloads.measure_latency`).
 LATENCY_SETTLE_S = 90
 # What a `backfill_at_size` run's result gives its size of history (`backfill_history`).
-HISTORY_RUN = ("seconds", "rerun_seconds", "lines_read", "steps", "rerun_steps", "rerun_changed")
+HISTORY_RUN = ("seconds", "rerun_seconds", "cold_seconds", "lines_read", "steps", "rerun_steps",
+               "rerun_changed")
 # The catalog entry's fields the latency run replaces (Python source by field name).
 LATENCY_ENTRY = {"derived_in_own_process": "True"}
 

@@ -480,14 +480,22 @@ def backfill_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> 
 
 
 def backfill_at_size_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
-    """One turn of a size of history (`backfill_once`'s home `home`): the day's silver and gold
-    rows deleted, the day back-filled, then back-filled again (nothing to change). A process per
-    turn: one worker running every size's back-fills over three homes' tables ran out of its 1 GB
-    heap late in the run, and its silver step slowed with its age (2026-12-03's records)."""
+    """One turn of a size of history (`backfill_once`'s home `home`) in a fresh process: the day
+    back-filled once to warm the JVM (nothing to change: `cold_seconds`, what a `weir backfill` of
+    it costs in a process of its own), then its silver and gold rows deleted, the day back-filled,
+    and back-filled again (nothing to change). A process per turn: one worker running every size's
+    back-fills over three homes' tables ran out of its 1 GB heap late in the run, and its silver
+    step slowed with its age; the warm-up, because a fresh JVM's first back-fill took 133 s where
+    the same one warm took 78 s (2026-12-03), a constant that would flatten the sizes' ratio."""
+    from spark_jobs.backfill import backfill
+
     at = WeirHome(Path(spec.params["home"]))
     day = dt.date.fromisoformat(data.day)
+    started = time.monotonic()
+    backfill(spark, playback(), day, day, at)
+    cold_seconds = round(time.monotonic() - started, 3)
     delete_day(spark, PipelineTables.of(at, playback()), day)
-    return timed_backfills(spark, at, day)
+    return {**timed_backfills(spark, at, day), "cold_seconds": cold_seconds}
 
 
 def delete_day(spark: SparkSession, at: PipelineTables, day: dt.date, whole: bool = False) -> None:
@@ -537,8 +545,12 @@ def history_point(point: dict[str, Any]) -> Result:
         return {step: round(statistics.fmean(r[field].get(step, 0.0) for r in runs), 3)
                 for step in runs[0][field]}
 
-    return {**point, "seconds": round(statistics.fmean(r["seconds"] for r in runs), 3),
-            "rerun_seconds": round(statistics.fmean(r["rerun_seconds"] for r in runs), 3),
+    def mean(field: str) -> float | None:
+        values = [r[field] for r in runs if r.get(field) is not None]
+        return round(statistics.fmean(values), 3) if values else None
+
+    return {**point, "seconds": mean("seconds"), "rerun_seconds": mean("rerun_seconds"),
+            "cold_seconds": mean("cold_seconds"),
             "lines_read": runs[0]["lines_read"], "steps": mean_steps("steps"),
             "rerun_steps": mean_steps("rerun_steps"),
             "rerun_changed": any(r["rerun_changed"] for r in runs)}

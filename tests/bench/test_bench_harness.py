@@ -227,7 +227,7 @@ def test_the_history_goal_is_a_days_backfill_among_the_most_days_against_the_few
     assert goal["value"] == pytest.approx(at_30_days / 50.0)
     assert goal["reached"] is reached
     report.write(doc, tmp_path, stem="h")
-    assert f"| 30 | 30000 | 27000 | 1000 | {at_30_days:.2f} | 1.00 | 2.00 | {at_30_days * 0.7:.2f} |" in (
+    assert f"| 30 | 30000 | 27000 | 1000 | {at_30_days:.2f} | 1.00 | 2.00 | {at_30_days * 0.7:.2f} | — |" in (
         tmp_path / "h.md").read_text()
 
 

@@ -284,3 +284,36 @@ def test_a_bronze_created_before_the_hint_gets_the_column_at_the_next_start(spar
     assert transforms.EVENT_DATE_HINT in bronze.columns
     assert [r[transforms.EVENT_DATE_HINT] for r in bronze.collect()] == [None]
     assert bronze_lines(spark, path, latest_version(path), LATE_DAY, LATE_DAY).count() == 1
+
+
+def test_the_sessions_horizon_reads_only_the_newest_dates_event_times(spark, home):
+    """A back-fill's sessions take the stream's watermark once it has read all of silver: the
+    newest event time less the watermark delay. It stands under the newest date, and only that
+    date's files are read: an older date's file gone from disk fails nothing (it did, when every
+    event time was read). Every row of the newest date deleted, the next date's newest counts."""
+    import os
+
+    from spark_jobs import sessions
+    from spark_jobs.catalog import interval_ms
+
+    pipeline = playback()
+    path = home.root / "silver"
+    days = [FIRST + dt.timedelta(days=d) for d in range(3)]
+    rows = [(f"e{d}-{i}", dt.datetime.combine(day, dt.time(10 + i)), day)
+            for d, day in enumerate(days) for i in range(3)]
+    (spark.createDataFrame(rows, "event_id string, event_time timestamp, event_date date")
+     .repartition(1).write.format("delta").partitionBy("event_date")
+     .option("delta.enableDeletionVectors", "true").save(str(path)))
+    delay = interval_ms(pipeline.sessions.watermark)
+
+    def horizon() -> int | None:
+        return sessions.watermark_horizon(spark.read.format("delta").load(str(path)), pipeline)
+
+    def millis(at: dt.datetime) -> int:
+        return int(at.replace(tzinfo=dt.UTC).timestamp() * 1000)
+
+    [old] = (path / f"event_date={days[0]}").glob("*.parquet")
+    os.remove(old)
+    assert horizon() == millis(dt.datetime.combine(days[2], dt.time(12))) - delay
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE event_id LIKE 'e2-%'")     # by rows: deletion vectors
+    assert horizon() == millis(dt.datetime.combine(days[1], dt.time(12))) - delay
