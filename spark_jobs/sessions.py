@@ -169,8 +169,9 @@ def watermark_horizon(silver: DataFrame, pipeline: Pipeline) -> int | None:
 
     The newest event time stands under the newest `event_date` (the event time's date, silver's
     partition), which Delta reads from its log: only that date's event times are read, not the
-    whole history's (a back-fill of one day among 30 took 3 s longer to find it). Should every row
-    of that date be deleted (files whose deletion vectors leave none), all of `silver` is read."""
+    whole history's (0.8 s against 2.0 s on a silver of 30 days, 29 M rows: docs/performance.md).
+    Should every row of that date be deleted (files whose deletion vectors leave none), all of
+    `silver` is read."""
     newest_date = silver.agg(F.max("event_date")).first()[0]
     if newest_date is None:
         return None
