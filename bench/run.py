@@ -61,7 +61,7 @@ SELF_CONTAINED_TIMEOUT_S = {"recovery": 600.0, "dq": 600.0}
 LATENCY_SETTLE_S = 90
 # What a `backfill_at_size` run's result gives its size of history (`backfill_history`).
 HISTORY_RUN = ("seconds", "rerun_seconds", "cold_seconds", "lines_read", "steps", "rerun_steps",
-               "rerun_changed")
+               "rerun_changed", "cold_changed")
 # The catalog entry's fields the latency run replaces (Python source by field name).
 LATENCY_ENTRY = {"derived_in_own_process": "True"}
 
@@ -268,7 +268,7 @@ def backfill_history(suite: Suite, backfill: dict[str, Any]) -> None:
             label = f"backfill_{size['days']}d_{turn}"
             run_worker(suite, "backfill_at_size", suite.spec("backfill_at_size", label, home=size["home"]))
             if "not_measured" not in suite.results[label]:
-                size["runs"].append({k: suite.results[label][k] for k in HISTORY_RUN})
+                size["runs"].append({k: suite.results[label].get(k) for k in HISTORY_RUN})
     backfill["growth"] = [workloads.history_point(size) for size in sizes if size["runs"]]
 
 

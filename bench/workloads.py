@@ -463,13 +463,15 @@ def backfill_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> 
     tables = ensure_tables(spark, home, p)
     link_into(data, home.landing(PIPELINE))
     run_stream(start_query(spark, p, home, tables, "ingest", once=True))
-    day_versions = {layer: delta_version(getattr(tables, layer)) for layer in ("bronze", "silver")}
+    day_versions = {layer: delta_version(getattr(tables, layer))
+                    for layer in ("bronze", "silver", "quarantine")}
     assert day_versions["silver"] is not None, "the stream wrote no silver"
     day = dt.date.fromisoformat(data.day)
     delete_day(spark, tables, day, whole=True)
     result = timed_backfills(spark, home, day)
     copies = DayCopies(spark, p, day, tables.silver, day_versions["silver"],
-                       bronze=(tables.bronze, day_versions["bronze"]))
+                       bronze=(tables.bronze, day_versions["bronze"]),
+                       quarantine=(tables.quarantine, day_versions["quarantine"]))
     sizes = []
     for days in spec.params.get("history_days", []):
         copies.to_days(days)
@@ -486,16 +488,19 @@ def backfill_at_size_once(spark: SparkSession, spec: Spec, data: Dataset, name: 
     and back-filled again (nothing to change). A process per turn: one worker running every size's
     back-fills over three homes' tables ran out of its 1 GB heap late in the run, and its silver
     step slowed with its age; the warm-up, because a fresh JVM's first back-fill took 133 s where
-    the same one warm took 78 s (2026-12-03), a constant that would flatten the sizes' ratio."""
+    the same one warm took 78 s (2026-12-03), a constant that would flatten the sizes' ratio.
+    `cold_changed` says whether the warm-up changed any layer: a history whose copies derive to
+    what they hold changes none."""
     from spark_jobs.backfill import backfill
 
     at = WeirHome(Path(spec.params["home"]))
     day = dt.date.fromisoformat(data.day)
     started = time.monotonic()
-    backfill(spark, playback(), day, day, at)
+    warm = backfill(spark, playback(), day, day, at)
     cold_seconds = round(time.monotonic() - started, 3)
     delete_day(spark, PipelineTables.of(at, playback()), day)
-    return {**timed_backfills(spark, at, day), "cold_seconds": cold_seconds}
+    return {**timed_backfills(spark, at, day), "cold_seconds": cold_seconds,
+            "cold_changed": warm.silver_replaced or warm.quarantine_replaced or warm.gold_replaced}
 
 
 def delete_day(spark: SparkSession, at: PipelineTables, day: dt.date, whole: bool = False) -> None:
@@ -553,7 +558,8 @@ def history_point(point: dict[str, Any]) -> Result:
             "cold_seconds": mean("cold_seconds"),
             "lines_read": runs[0]["lines_read"], "steps": mean_steps("steps"),
             "rerun_steps": mean_steps("rerun_steps"),
-            "rerun_changed": any(r["rerun_changed"] for r in runs)}
+            "rerun_changed": any(r["rerun_changed"] for r in runs),
+            "cold_changed": any(r.get("cold_changed") for r in runs)}
 
 
 class DayCopies:
@@ -562,12 +568,15 @@ class DayCopies:
     held only that day; copy k has its event ids suffixed `~k`, its event times k days earlier,
     its lines' identity (source) suffixed `#copy-k`, and in bronze it is ingested on its own day
     (k days before the dataset's: see `_copy`). A bronze copy's lines are rewritten to match:
-    parsed, they derive exactly silver's copy. The key hash is left to Delta, which generates it
-    from the new key. `rows` is silver's size, `bronze_rows` bronze's, `days` how many days each
-    holds."""
+    parsed, they derive exactly silver's copy. With `quarantine`, the copy's refused lines are
+    parsed and their quarantine rows appended too, as the stream would have written them (without
+    them, a back-fill that read a copy's lines wrote its quarantine rows: timed as its own work).
+    The key hash is left to Delta, which generates it from the new key. `rows` is silver's size,
+    `bronze_rows` bronze's, `days` how many days each holds."""
 
     def __init__(self, spark: SparkSession, pipeline: Pipeline, day: dt.date, silver: Path,
-                 silver_version: int, *, bronze: tuple[Path, int | None] | None = None) -> None:
+                 silver_version: int, *, bronze: tuple[Path, int | None] | None = None,
+                 quarantine: tuple[Path, int | None] | None = None) -> None:
         from spark_jobs.transforms import KEY_HASH
 
         def as_of(path: Path, version: int | None) -> DataFrame:
@@ -582,6 +591,11 @@ class DayCopies:
         self.bronze_day_rows = self.bronze_day.count() if self.bronze_day is not None else 0
         self.bronze_rows = (spark.read.format("delta").load(str(self.bronze)).count()
                             if self.bronze else 0)
+        self.quarantine = quarantine[0] if quarantine and self.bronze_day is not None else None
+        # the day's refused lines, as bronze holds them (a copy parses only these again)
+        self.refused_day = (self.bronze_day.join(as_of(*quarantine).select("source", "position"),
+                                                 ["source", "position"], "left_semi").localCheckpoint()
+                            if self.quarantine is not None and quarantine else None)
 
     def to(self, target: int) -> int:
         """Append copies until silver holds at least `target` rows; its size then."""
@@ -630,6 +644,13 @@ class DayCopies:
                       .otherwise(F.date_sub("event_date_hint", k))}
             append(self.bronze_day, bronze, self.bronze)
             self.bronze_rows += self.bronze_day_rows
+            if self.refused_day is not None and self.quarantine is not None:
+                from spark_jobs import transforms
+
+                refused = self.refused_day.select(*[bronze.get(c, F.col(c)).alias(c)
+                                                    for c in self.refused_day.columns])
+                (transforms.rejects(transforms.parse(refused, p))
+                 .write.format("delta").mode("append").save(str(self.quarantine)))
         self.days += 1
 
 
