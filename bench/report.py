@@ -471,8 +471,9 @@ def markdown_summary(doc: Document) -> str:
     if backfill.get("growth"):
         steps = list(backfill["growth"][0]["steps"])
         lines += ["", "## The same day's back-fill among days of history (copies of the day under earlier "
-                      "dates in bronze and silver, each size on shallow clones of its own; the day's silver "
-                      "and gold deleted, back-filled, then back-filled again: nothing to change; the sizes "
+                      "dates in bronze, silver and quarantine, each size on shallow clones of its own; "
+                      "the day's silver and gold deleted, back-filled, then back-filled again: nothing to "
+                      "change; the sizes "
                       "taking turns, one round each way, each turn a fresh worker warmed by a back-fill "
                       "with nothing to change, the cold column: the means)", "",
                   "| days | bronze rows | silver rows | bronze lines read | back-fill, s | "

@@ -449,8 +449,8 @@ def bare_kafka_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -
 
 def backfill_once(spark: SparkSession, spec: Spec, data: Dataset, name: str) -> Result:
     """A back-fill of the dataset's day after the stream ingested it, silver and gold deleted as if
-    they had to be re-derived; then again (nothing to change). With `history_days`, bronze and
-    silver then grow to each of those numbers of days by copies of the day under earlier dates
+    they had to be re-derived; then again (nothing to change). With `history_days`, bronze, silver
+    and quarantine then grow to each of those numbers of days by copies of the day under earlier dates
     (`DayCopies`), and each size gets a home of its own: every table shallow-cloned as of that
     size (the files stay where they are; a clone's writes go to its own folder). The homes are
     left for `backfill_at_size_once`, which the harness runs in a fresh process per size and turn
@@ -591,11 +591,11 @@ class DayCopies:
         self.bronze_day_rows = self.bronze_day.count() if self.bronze_day is not None else 0
         self.bronze_rows = (spark.read.format("delta").load(str(self.bronze)).count()
                             if self.bronze else 0)
-        self.quarantine = quarantine[0] if quarantine and self.bronze_day is not None else None
-        # the day's refused lines, as bronze holds them (a copy parses only these again)
-        self.refused_day = (self.bronze_day.join(as_of(*quarantine).select("source", "position"),
-                                                 ["source", "position"], "left_semi").localCheckpoint()
-                            if self.quarantine is not None and quarantine else None)
+        # quarantine's path, and the day's refused lines as bronze holds them (a copy parses only
+        # these again)
+        self.quarantine = ((quarantine[0], self.bronze_day.join(
+            as_of(*quarantine).select("source", "position"), ["source", "position"], "left_semi")
+            .localCheckpoint()) if quarantine and self.bronze_day is not None else None)
 
     def to(self, target: int) -> int:
         """Append copies until silver holds at least `target` rows; its size then."""
@@ -644,13 +644,13 @@ class DayCopies:
                       .otherwise(F.date_sub("event_date_hint", k))}
             append(self.bronze_day, bronze, self.bronze)
             self.bronze_rows += self.bronze_day_rows
-            if self.refused_day is not None and self.quarantine is not None:
+            if self.quarantine is not None:
                 from spark_jobs import transforms
 
-                refused = self.refused_day.select(*[bronze.get(c, F.col(c)).alias(c)
-                                                    for c in self.refused_day.columns])
+                path, refused_day = self.quarantine
+                refused = refused_day.select(*[bronze.get(c, F.col(c)).alias(c) for c in refused_day.columns])
                 (transforms.rejects(transforms.parse(refused, p))
-                 .write.format("delta").mode("append").save(str(self.quarantine)))
+                 .write.format("delta").mode("append").save(str(path)))
         self.days += 1
 
 
