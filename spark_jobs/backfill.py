@@ -316,7 +316,7 @@ def rebuild_from_silver(spark: SparkSession, pipeline: Pipeline, home: WeirHome,
     rebuilt = {}
     for query in fresh:
         rows = (transforms.aggregate(silver, pipeline) if query == "gold" else
-                sessions.batch_rows(silver, pipeline, sessions.watermark_horizon(silver, pipeline)))
+                sessions.batch_rows(silver, pipeline, sessions.horizon_after(through, pipeline)))
         marker = json.dumps({queries.REBUILT_FROM: version, queries.REBUILT_THROUGH: through})
         path = queries.rebuilt_table(tables, query)
 

@@ -179,7 +179,13 @@ def watermark_horizon(silver: DataFrame, pipeline: Pipeline) -> int | None:
     latest = silver.where(F.col("event_date") == F.lit(newest_date)).agg(newest).first()[0]
     if latest is None:
         latest = silver.agg(newest).first()[0]
-    return None if latest is None else int(latest) - interval_ms(_spec(pipeline).watermark)
+    return horizon_after(latest, pipeline)
+
+
+def horizon_after(newest_ms: int | None, pipeline: Pipeline) -> int | None:
+    """The sessions' watermark (epoch ms) once the stream has seen an event at `newest_ms` (None:
+    none yet)."""
+    return None if newest_ms is None else int(newest_ms) - interval_ms(_spec(pipeline).watermark)
 
 
 def table_key(pipeline: Pipeline) -> tuple[str, ...]:
