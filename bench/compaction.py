@@ -137,9 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     from delta.tables import DeltaTable
 
     from spark_jobs import catalog
-    from spark_jobs.control.maintenance import compact, compaction_order
+    from spark_jobs.control.maintenance import compact
     from spark_jobs.home import WeirHome
-    from spark_jobs.layers import ensure_tables
+    from spark_jobs.layers import ensure_tables, skipping_order
     from spark_jobs.session import build_session
     from spark_jobs.tables import delta_log
 
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         DeltaTable.forPath(spark, str(tables["Delta OPTIMIZE"])).optimize().executeCompaction()
         compacted = {"Delta OPTIMIZE": round(time.monotonic() - started, 2)}
         started = time.monotonic()
-        compact(spark, bronze, compaction_order(pipeline)["bronze"], target_bytes=target)
+        compact(spark, bronze, skipping_order(pipeline)["bronze"], target_bytes=target)
         compacted["weir compaction"] = round(time.monotonic() - started, 2)
         times: dict[tuple[str, str], list[float]] = {}
         files_read: dict[tuple[str, str], int] = {}

@@ -304,18 +304,24 @@ def retry_conflicts(action: Callable[[], T], *, what: str, attempts: int = MAX_A
 CHECKPOINT_INTERVAL = "delta.checkpointInterval"
 INTERVAL_OUT_OF_REACH = str(2**31 - 1)
 CHECKPOINT_EVERY = 10
+# The properties of every table Weir writes (`ensure_table`, `set_properties`).
+WEIR_PROPERTIES = {CHECKPOINT_INTERVAL: INTERVAL_OUT_OF_REACH}
+# The columns whose per-file minimum, maximum and null count Delta keeps (by default the first 32
+# of a table: every column of Weir's). See `layers.statistics_columns`.
+STATS_COLUMNS = "delta.dataSkippingStatsColumns"
 
 
 def ensure_table(spark: SparkSession, path: Path, schema: StructType,
-                 partition_by: Iterable[str] = ()) -> None:
-    """Create the Delta table at `path` with `schema` unless it exists, its checkpoints written
-    after commits (`CHECKPOINT_INTERVAL`)."""
+                 partition_by: Iterable[str] = (), properties: Mapping[str, str] | None = None) -> None:
+    """Create the Delta table at `path` with `schema` unless it exists, with Weir's own properties
+    (`WEIR_PROPERTIES`: its checkpoints written after commits) and `properties`."""
     from delta.tables import DeltaTable
 
     if delta_version(path) is not None:
         return
-    builder = (DeltaTable.createIfNotExists(spark).location(str(path)).addColumns(schema)
-               .property(CHECKPOINT_INTERVAL, INTERVAL_OUT_OF_REACH))
+    builder = DeltaTable.createIfNotExists(spark).location(str(path)).addColumns(schema)
+    for key, value in {**WEIR_PROPERTIES, **(properties or {})}.items():
+        builder = builder.property(key, value)
     partitions = list(partition_by)
     if partitions:
         builder = builder.partitionedBy(*partitions)
@@ -496,16 +502,19 @@ def add_missing_columns(spark: SparkSession, path: Path, schema: StructType) -> 
                     what=f"add columns to {path}")
 
 
-def keep_checkpoints_out_of_commits(spark: SparkSession, path: Path) -> None:
-    """Give the table at `path` the checkpoint interval of Weir's tables (`CHECKPOINT_INTERVAL`)
-    when it has none of its own: a table created by an older version of the code. One metadata
-    commit, once; asked of the log with delta-rs, as a driver asks at every start."""
-    if CHECKPOINT_INTERVAL in delta_log(path).metadata().configuration:
+def set_properties(spark: SparkSession, path: Path, properties: Mapping[str, str]) -> None:
+    """Give the table at `path` Weir's own properties (`WEIR_PROPERTIES`) and `properties` where it
+    lacks them or holds other values: a table created by an older version of the code. One metadata
+    commit, only then; asked of the log with delta-rs, as a driver asks at every start."""
+    held = delta_log(path).metadata().configuration
+    wanted = {key: value for key, value in {**WEIR_PROPERTIES, **properties}.items()
+              if held.get(key) != value}
+    if not wanted:
         return
+    listed = ", ".join(f"{sql_literal(key)} = {sql_literal(value)}" for key, value in wanted.items())
     retry_conflicts(lambda: spark.sql(
-        f"ALTER TABLE {delta_identifier(path)} SET TBLPROPERTIES "
-        f"('{CHECKPOINT_INTERVAL}' = '{INTERVAL_OUT_OF_REACH}')"),
-        what=f"set {CHECKPOINT_INTERVAL} of {path}")
+        f"ALTER TABLE {delta_identifier(path)} SET TBLPROPERTIES ({listed})"),
+        what=f"set {', '.join(wanted)} of {path}")
 
 
 def last_checkpoint(table: Path) -> int | None:

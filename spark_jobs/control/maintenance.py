@@ -3,10 +3,8 @@ with a safe retention, for every table the pipeline writes (bronze, quarantine, 
 its session table). Both commit like any writer, so they may run beside the stream: a compaction
 conflicts only with a commit that removed one of the files it rewrote, and is then retried.
 
-Each table is compacted sorted by the columns its readers skip files by (`compaction_order`): a
-stream batch looks its lines up in bronze and quarantine by (source, position), a back-fill reads
-the bronze files whose `event_date_hint` can hold its dates, and silver, gold and the session
-table are read and merged by key. Delta's own OPTIMIZE packs files in order of size, which leaves
+Each table is compacted sorted by the columns its readers skip files by
+(`layers.skipping_order`). Delta's own OPTIMIZE packs files in order of size, which leaves
 each compacted file's statistics spanning everything it replaced (`infra/jvm/weir/Compact.java`)."""
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.home import WeirHome
-from spark_jobs.layers import PipelineTables
+from spark_jobs.layers import PipelineTables, skipping_order
 from spark_jobs.tables import checkpoint_after_commits, delta_version, java_strings, retry_conflicts
 
 if TYPE_CHECKING:
@@ -33,18 +31,6 @@ SAFE_RETENTION_HOURS = 168
 # A compacted file's size; files under a quarter of it are small, and compacted again with others
 # (a partition's remainder is one such file, which stays until another small file joins it).
 TARGET_FILE_BYTES = 128 << 20
-
-
-def compaction_order(pipeline: Pipeline) -> dict[str, tuple[str, ...]]:
-    """Key (as in `PipelineTables.outputs`) → the columns that table's files are sorted by."""
-    from spark_jobs import sessions, transforms  # Spark's: not in the Airflow process's imports
-
-    line = transforms.BRONZE_KEY
-    order = {"bronze": (transforms.EVENT_DATE_HINT, *line), "quarantine": line,
-             "silver": (pipeline.key,), "gold": transforms.gold_key(pipeline)}
-    if pipeline.sessions is not None:
-        order["sessions"] = sessions.table_key(pipeline)
-    return order
 
 
 @dataclass(frozen=True)
@@ -82,7 +68,7 @@ def maintain(spark: SparkSession, pipeline: Pipeline, home: WeirHome, *,
 
     tables = PipelineTables.of(home, pipeline).outputs()
     result: dict[str, dict[str, Any]] = {}
-    for layer, order in compaction_order(pipeline).items():
+    for layer, order in skipping_order(pipeline).items():
         path = tables[layer]
         if delta_version(path) is None:
             continue

@@ -19,9 +19,9 @@ from pyspark.sql import DataFrame, SparkSession
 from spark_jobs import stream, transforms
 from spark_jobs.backfill import backfill
 from spark_jobs.catalog import Pipeline
-from spark_jobs.control.maintenance import Compacted, compact, compaction_order
+from spark_jobs.control.maintenance import Compacted, compact
 from spark_jobs.generator import generate
-from spark_jobs.layers import PipelineTables, ensure_tables, read_dimension
+from spark_jobs.layers import PipelineTables, ensure_tables, read_dimension, skipping_order
 from spark_jobs.quality import rules as row_rules
 from tests.helpers import assert_exactly_once, table
 from tests.integration.batches import differs, ingest
@@ -179,7 +179,7 @@ def test_backfills_and_compactions_while_files_arrive_lose_and_double_nothing(sp
         def compact_all(delay: float = rng.uniform(0.0, 6.0)) -> None:
             threading.Event().wait(delay)
             outputs = tables.outputs()
-            for layer, order in compaction_order(pipeline).items():
+            for layer, order in skipping_order(pipeline).items():
                 compactions.append(compact(spark, outputs[layer], order))
 
         damage(spark, tables)

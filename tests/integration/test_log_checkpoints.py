@@ -19,8 +19,8 @@ from spark_jobs.tables import (
     delta_log,
     delta_version,
     ensure_table,
-    keep_checkpoints_out_of_commits,
     last_checkpoint,
+    set_properties,
 )
 from tests.helpers import assert_exactly_once, landing_keys, table
 from tests.integration.pipelines import playback
@@ -72,10 +72,10 @@ def test_a_table_from_before_gets_the_interval_once_and_keeps_its_rows(
         spark: SparkSession, tmp_path: Path) -> None:
     path = tmp_path / "old"
     spark.range(5).write.format("delta").save(str(path))   # no interval of its own
-    keep_checkpoints_out_of_commits(spark, path)
+    set_properties(spark, path, {})
     assert delta_log(path).metadata().configuration[CHECKPOINT_INTERVAL] == INTERVAL_OUT_OF_REACH
     version = delta_version(path)
-    keep_checkpoints_out_of_commits(spark, path)
+    set_properties(spark, path, {})
     assert delta_version(path) == version, "set once"
     assert sorted(r.id for r in table(spark, path).collect()) == [0, 1, 2, 3, 4]
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from bench.compaction import scanned
 from spark_jobs import transforms
 from spark_jobs.backfill import bronze_lines, latest_version
-from spark_jobs.control.maintenance import compact, compaction_order
-from spark_jobs.layers import ensure_tables
+from spark_jobs.control.maintenance import compact
+from spark_jobs.layers import ensure_tables, skipping_order
 from spark_jobs.tables import delta_identifier, delta_log, insert_absent
 from tests.helpers import assert_exactly_once, table
 from tests.integration.pipelines import playback
@@ -125,7 +125,7 @@ def test_compaction_sorts_a_tables_small_files_by_what_its_reads_skip_files_by(s
     assert late_files == BATCHES    # every batch of the second day holds late events
 
     # a day's batches into two files: a batch is an eighth of a day, small under half a target
-    order = compaction_order(pipeline)["bronze"]
+    order = skipping_order(pipeline)["bronze"]
     target = day_bytes // 2 + 1
     done = compact(spark, tables.bronze, order, target_bytes=target, small_bytes=target // 2)
     assert (done.files_removed, done.partitions, done.rows) == (2 * BATCHES, 2, lines - 1), done
