@@ -503,12 +503,12 @@ def add_missing_columns(spark: SparkSession, path: Path, schema: StructType) -> 
 
 
 def set_properties(spark: SparkSession, path: Path, properties: Mapping[str, str]) -> None:
-    """Give the table at `path` Weir's own properties (`WEIR_PROPERTIES`) and `properties` where it
-    lacks them or holds other values: a table created by an older version of the code. One metadata
-    commit, only then; asked of the log with delta-rs, as a driver asks at every start."""
+    """Give the table at `path` those of Weir's own properties (`WEIR_PROPERTIES`) and of
+    `properties` it has no value of: a table created by an older version of the code. A value the
+    table holds stays (an operator's own choice). One metadata commit, only then; asked of the log
+    with delta-rs, as a driver asks at every start."""
     held = delta_log(path).metadata().configuration
-    wanted = {key: value for key, value in {**WEIR_PROPERTIES, **properties}.items()
-              if held.get(key) != value}
+    wanted = {key: value for key, value in {**WEIR_PROPERTIES, **properties}.items() if key not in held}
     if not wanted:
         return
     listed = ", ".join(f"{sql_literal(key)} = {sql_literal(value)}" for key, value in wanted.items())

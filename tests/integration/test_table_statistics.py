@@ -55,7 +55,8 @@ def test_the_line_tables_keep_statistics_of_the_columns_their_reads_skip_by(
     assert STATS_COLUMNS not in delta_log(tables.gold).metadata().configuration
 
 
-def test_a_table_from_before_gets_its_statistics_columns_once(spark: SparkSession, home) -> None:
+def test_a_table_from_before_gets_its_statistics_columns_once_and_keeps_an_operators_own(
+        spark: SparkSession, home) -> None:
     pipeline = playback()
     tables = ensure_tables(spark, home, pipeline)
     spark.sql(f"ALTER TABLE {delta_identifier(tables.silver)} UNSET TBLPROPERTIES ('{STATS_COLUMNS}')")
@@ -69,3 +70,10 @@ def test_a_table_from_before_gets_its_statistics_columns_once(spark: SparkSessio
         ",".join(statistics_columns(pipeline)["silver"])
     ensure_tables(spark, home, pipeline)
     assert {key: delta_version(path) for key, path in tables.outputs().items()} == after
+
+    # an operator's own choice stays: statistics of one more column, for an analyst's filter
+    own = f"{delta_log(tables.silver).metadata().configuration[STATS_COLUMNS]},device"
+    spark.sql(f"ALTER TABLE {delta_identifier(tables.silver)} "
+              f"SET TBLPROPERTIES ('{STATS_COLUMNS}' = '{own}')")
+    ensure_tables(spark, home, pipeline)
+    assert delta_log(tables.silver).metadata().configuration[STATS_COLUMNS] == own
