@@ -135,8 +135,8 @@ def statistics_columns(pipeline: Pipeline) -> dict[str, tuple[str, ...]]:
 
 
 def table_properties(pipeline: Pipeline) -> dict[str, dict[str, str]]:
-    """Key → the Delta properties of the pipeline's own for that table (`ensure_tables` gives them,
-    Weir's own for every table aside)."""
+    """Key → the Delta properties `ensure_tables` gives that table of the pipeline beyond Weir's own
+    for every table (`tables.WEIR_PROPERTIES`): the line tables' statistics columns."""
     return {key: {STATS_COLUMNS: ",".join(columns)}
             for key, columns in statistics_columns(pipeline).items()}
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from spark_jobs.generator import generate
-from spark_jobs.layers import PipelineTables, ensure_tables, statistics_columns
+from spark_jobs.layers import ensure_tables, statistics_columns
 from spark_jobs.tables import STATS_COLUMNS, delta_identifier, delta_log, delta_version
 from tests.integration.batches import ingest
 from tests.integration.pipelines import playback
@@ -61,7 +61,7 @@ def test_a_table_from_before_gets_its_statistics_columns_once_and_keeps_an_opera
     tables = ensure_tables(spark, home, pipeline)
     spark.sql(f"ALTER TABLE {delta_identifier(tables.silver)} UNSET TBLPROPERTIES ('{STATS_COLUMNS}')")
     assert STATS_COLUMNS not in delta_log(tables.silver).metadata().configuration
-    before = {key: delta_version(path) for key, path in PipelineTables.of(home, pipeline).outputs().items()}
+    before = {key: delta_version(path) for key, path in tables.outputs().items()}
 
     ensure_tables(spark, home, pipeline)
     after = {key: delta_version(path) for key, path in tables.outputs().items()}
