@@ -166,7 +166,6 @@ def build_session(app_name: str, *, master: str | None = None,
     with jvm_leaves_sigterm_to_python():
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings().spark_log_level)
-    register_functions(spark)
     return spark
 
 
@@ -220,11 +219,3 @@ def jvm_leaves_sigterm_to_python() -> Iterator[None]:
         yield
     finally:
         java_gateway.Popen = launch
-
-
-def register_functions(spark: SparkSession) -> None:
-    """Weir's own SQL functions (compiled from infra/jvm by `make setup`), which the shared
-    transforms call by name."""
-    from spark_jobs.transforms import JSON_LINE_REASON
-
-    spark.udf.registerJavaFunction(JSON_LINE_REASON, "weir.JsonLineReason", "string")

@@ -10,9 +10,11 @@ fails (not only the first), so a quarantined line tells the whole story at once.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from pyspark import SparkContext
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -29,10 +31,6 @@ if TYPE_CHECKING:
     from spark_jobs.catalog import Field, Pipeline
 
 MAX_RECORD_CHARS = 1_000_000
-# Registered by `spark_jobs.session` (infra/jvm/weir/JsonLineReason.java): why a line is not
-# exactly one JSON object, null when it is. from_json alone reads the first value and ignores the rest.
-JSON_LINE_REASON = "weir_json_line_reason"
-CORRUPT = "_corrupt_record"
 REASON = "_reject_reason"
 LINEAGE = ("_source", "_position", "_ingest_time")
 # Silver's last column: the key's 64-bit hash, a column Delta generates (and checks on every
@@ -44,9 +42,6 @@ GENERATION_EXPRESSION = "delta.generationExpression"
 # (one pass over the source): where a Kafka record came from, and the ingest date.
 CARRIED = "_carried"
 CARRIED_COLUMNS = ("topic", "partition", "offset", "kafka_timestamp", "ingest_date")
-ISO_8601 = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}(:?\d{2})?)$"
-INTEGER = r"^-?\d+$"
-NUMBER = r"^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$"
 
 BRONZE_SCHEMA = StructType([
     StructField("value", StringType()),
@@ -71,118 +66,54 @@ EVENT_DATE_HINT = "event_date_hint"
 BRONZE_TABLE_SCHEMA = StructType([*BRONZE_SCHEMA.fields, StructField(EVENT_DATE_HINT, DateType())])
 
 
-def _raw_schema(fields: tuple[Field, ...]) -> StructType:
-    """Every contract field read as its JSON text, so that a wrong type is seen, not nulled."""
-    return StructType(
-        [StructField(f.name, StringType()) for f in fields]
-        + [StructField(CORRUPT, StringType())]
-    )
+def parse(bronze: DataFrame, pipeline: Pipeline) -> DataFrame:
+    """Bronze rows → lineage, raw text, typed contract fields and `_reject_reason` (null = valid).
+
+    Each line is read, typed and judged in one pass of the JVM (`infra/jvm/weir/ContractParse.java`:
+    Jackson's streaming parser and Spark's own casts, every reason as Spark's expressions gave it);
+    the line's own checks that need its bytes or length, and the event time's tolerance, which is
+    Spark's interval arithmetic, stay expressions here. The parse in one pass costs a fraction of
+    `from_json` and a dozen expressions per field (docs/performance.md).
+
+    The expressions depend on the contract and the session's time zone only, and are built once
+    for each (`_parse_stages`): built for each micro-batch, their calls into the JVM took a
+    noticeable part of a small batch (docs/performance.md)."""
+    zone = bronze.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
+    for stage in _parse_stages(pipeline.fields, pipeline.event_time, pipeline.max_event_time_ahead, zone):
+        bronze = bronze.select(*stage)
+    return bronze
 
 
-def _field_checks(f: Field, i: int) -> dict[str, Column]:
-    """The costly tests of one contract field (presence, the pattern), each computed once per row
-    as its own column: reused by the typed value (`_typed`) and by every reason."""
-    raw = F.col(f"_raw.{f.name}")
-    checks = {f"_present{i}": raw.isNotNull() & (F.trim(raw) != "")}
-    if f.type == "timestamp":
-        checks[f"_shape{i}"] = raw.rlike(ISO_8601)
-    elif f.type in ("integer", "number"):
-        checks[f"_shape{i}"] = raw.rlike(INTEGER if f.type == "integer" else NUMBER)
-    return checks
-
-
-def _field_reasons(f: Field, i: int) -> tuple[list[Column], Column]:
-    """(reasons this field can give, its typed value) for one contract field, over the columns of
-    `_field_checks`."""
-    raw = F.col(f"_raw.{f.name}")
-    present = F.col(f"_present{i}")
-    reasons: list[Column] = []
-    if f.required:
-        reasons.append(F.when(~present, F.lit(f"missing field {f.name}")))
-    if f.type == "string":
-        typed = F.when(present, raw)
-    elif f.type == "timestamp":
-        typed = F.col(f"_typed{i}")
-        reasons.append(F.when(present & typed.isNull(),
-                              F.concat(F.lit(f"bad timestamp {f.name}: "), raw)))
-    else:
-        well_formed = F.col(f"_shape{i}")
-        typed = F.col(f"_typed{i}")
-        reasons.append(F.when(present & ~well_formed,
-                              F.concat(F.lit(f"{f.name} is not {'an' if f.type == 'integer' else 'a'} "
-                                             f"{f.type}: "), raw)))
-        in_range = typed.isNotNull()
-        if f.minimum is not None:
-            in_range = in_range & (typed >= F.lit(f.minimum))
-        if f.maximum is not None:
-            in_range = in_range & (typed <= F.lit(f.maximum))
+def contract_json(fields: tuple[Field, ...], event_time: str, zone: str) -> str:
+    """A contract as `ContractParse` takes it: its fields and their rules, the event-time field and
+    the time zone of timestamps without an offset."""
+    def bounds(f: Field) -> str:
         low = "" if f.minimum is None else _num(f.minimum)
         high = "" if f.maximum is None else _num(f.maximum)
-        bounds = f"[{low}..{high}]"
-        reasons.append(F.when(present & well_formed & ~in_range,
-                              F.concat(F.lit(f"{f.name} out of range {bounds}: "), raw)))
-    if f.allowed is not None:
-        reasons.append(F.when(present & ~raw.isin(*f.allowed),
-                              F.concat(F.lit(f"unknown {f.name}: "), raw)))
-    return reasons, typed
+        return f"[{low}..{high}]"
 
-
-def _typed(f: Field, i: int) -> Column | None:
-    """The typed value of a timestamp or numeric field, from its checks (null unless present and
-    well-formed); strings need none."""
-    raw, ok = F.col(f"_raw.{f.name}"), F.col(f"_present{i}") & F.col(f"_shape{i}")
-    if f.type == "timestamp":
-        return F.when(ok, F.try_to_timestamp(raw))
-    if f.type in ("integer", "number"):
-        sql_type = "bigint" if f.type == "integer" else "double"
-        return F.when(ok, F.expr(f"try_cast(_raw.`{f.name}` AS {sql_type})"))
-    return None
-
-
-def _ahead_of_ingest(event_time: Column, f: Field, max_ahead: str) -> Column:
-    """The reason for an event stamped more than the catalog's tolerance (`max_ahead`) ahead of its
-    ingest time (the micro-batch's, replayed unchanged, so the stream and a back-fill judge alike)."""
-    limit = F.col("_ingest_time") + F.expr(f"INTERVAL {max_ahead}")
-    return F.when(event_time > limit, F.concat(
-        F.lit(f"{f.name} more than {max_ahead} ahead of ingest time: "),
-        F.col(f"_raw.{f.name}")))
+    return json.dumps({"zone": zone, "event_time": event_time, "fields": [
+        {"name": f.name, "type": f.type, "required": f.required,
+         "allowed": None if f.allowed is None else list(f.allowed),
+         "minimum": f.minimum, "maximum": f.maximum, "range": bounds(f)} for f in fields]})
 
 
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
 
-def parse(bronze: DataFrame, pipeline: Pipeline) -> DataFrame:
-    """Bronze rows → lineage, raw text, typed contract fields and `_reject_reason` (null = valid).
-
-    Built in stages, each a projection of the one before: the JSON parse and the line's own
-    verdict; each field's tests; the typed values; the reasons. Spark keeps a projection whose
-    costly expressions are used more than once apart from the next, so a regex or a cast runs once
-    per row and field, not once per reason that mentions it.
-
-    The stages' expressions depend on the contract only, and are built once per contract
-    (`_parse_stages`): built for each micro-batch, their 3,400 calls into the JVM took 0.7 s of
-    every batch, as long as a small batch's summary job (docs/performance.md)."""
-    for stage in _parse_stages(pipeline.fields, pipeline.event_time, pipeline.max_event_time_ahead):
-        bronze = bronze.select(*stage)
-    return bronze
-
-
 @functools.lru_cache(maxsize=64)
-def _parse_stages(fields: tuple[Field, ...], event_time: str,
-                  max_ahead: str) -> tuple[tuple[Column, ...], ...]:
-    """The projections of `parse`, in order, for a contract: its `fields`, the `event_time` field
-    and how far ahead of its ingest time an event may stand (`max_ahead`). A column expression
-    names columns and functions and is resolved against each plan it is used in, so one list
-    serves every batch."""
+def _parse_stages(fields: tuple[Field, ...], event_time: str, max_ahead: str,
+                  zone: str) -> tuple[tuple[Column, ...], ...]:
+    """The projections of `parse`, in order, for a contract: its `fields`, the `event_time` field,
+    how far ahead of its ingest time an event may stand (`max_ahead`), and the session's time
+    `zone`. The first reads each line once (`ContractParse`); the second takes its struct apart,
+    which Spark keeps a projection of its own since it names the struct more than once. A column
+    expression is resolved against each plan it is used in, so one list serves every batch."""
     value = F.col("value")
-    structural = (
-        F.when(value.isNull() | (F.trim(value) == ""), F.lit("empty line"))
-        .when(F.length(value) > MAX_RECORD_CHARS,
-              F.lit(f"record larger than {MAX_RECORD_CHARS} characters"))
-        .when(F.col("raw_bytes").isNotNull(), F.lit("invalid UTF-8"))
-        .otherwise(F.call_function(JSON_LINE_REASON, value))
-    )
+    jvm = SparkContext._jvm  # type: ignore[attr-defined]
+    contract = Column(jvm.weir.ContractParse.column(contract_json(fields, event_time, zone),
+                                                    value._jc))  # type: ignore[attr-defined]
     read = (
         F.col("source").alias("_source"),
         F.col("position").alias("_position"),
@@ -190,28 +121,36 @@ def _parse_stages(fields: tuple[Field, ...], event_time: str,
         F.col("raw_bytes").alias("_raw_bytes"),
         value,
         F.struct(*CARRIED_COLUMNS).alias(CARRIED),
-        F.from_json(value, _raw_schema(fields),
-                    {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}).alias("_raw"),
-        structural.alias("_structural"),
+        contract.alias("_contract"),
     )
-    numbered = list(enumerate(fields))
-    checks = {name: c for i, f in numbered for name, c in _field_checks(f, i).items()}
-    tested = (F.col("*"), *[c.alias(name) for name, c in checks.items()])
-    typed = {f"_typed{i}": t for i, f in numbered if (t := _typed(f, i)) is not None}
-    with_typed = (F.col("*"), *[c.alias(name) for name, c in typed.items()])
-    typed_cols, field_reasons = [], []
-    for i, f in numbered:
-        reasons, value_of = _field_reasons(f, i)
-        field_reasons.extend(reasons)
-        if f.name == event_time:
-            field_reasons.append(_ahead_of_ingest(value_of, f, max_ahead))
-        typed_cols.append(value_of.alias(f.name))
-    structural = F.coalesce(F.col("_structural"), F.when(
-        F.col(f"_raw.{CORRUPT}").isNotNull() | F.col("_raw").isNull(), F.lit("malformed JSON")))
-    reason = F.coalesce(structural, F.nullif(F.concat_ws("; ", *field_reasons), F.lit("")))
-    judged = (*map(F.col, LINEAGE), F.col("value"), F.col("_raw_bytes"), F.col(CARRIED), *typed_cols,
-              reason.alias(REASON))
-    return read, tested, with_typed, judged
+
+    def part(name: str) -> Column:
+        return F.col("_contract").getField(name)
+
+    line = (
+        F.when(value.isNull() | (F.trim(value) == ""), F.lit("empty line"))
+        .when(F.length(value) > MAX_RECORD_CHARS,
+              F.lit(f"record larger than {MAX_RECORD_CHARS} characters"))
+        .when(F.col("_raw_bytes").isNotNull(), F.lit("invalid UTF-8"))
+        .otherwise(part("_line_reason"))
+    )
+    ahead = (_ahead_of_ingest(part(event_time), event_time, max_ahead, part("_event_time_text"))
+             if any(f.name == event_time for f in fields) else None)
+    field_reasons = F.concat_ws("; ", *(c for c in (part("_reasons_head"), ahead, part("_reasons_tail"))
+                                        if c is not None))
+    reason = F.coalesce(line, F.nullif(field_reasons, F.lit("")))
+    judged = (*map(F.col, LINEAGE), value, F.col("_raw_bytes"), F.col(CARRIED),
+              *(part(f.name).alias(f.name) for f in fields), reason.alias(REASON))
+    return read, judged
+
+
+def _ahead_of_ingest(event_time: Column, name: str, max_ahead: str, text: Column) -> Column:
+    """The reason for an event stamped more than the catalog's tolerance (`max_ahead`) ahead of its
+    ingest time (the micro-batch's, replayed unchanged, so the stream and a back-fill judge alike):
+    the event time `name`, typed and as its `text`."""
+    limit = F.col("_ingest_time") + F.expr(f"INTERVAL {max_ahead}")
+    return F.when(event_time > limit, F.concat(
+        F.lit(f"{name} more than {max_ahead} ahead of ingest time: "), text))
 
 
 def bronze_rows(parsed: DataFrame, pipeline: Pipeline) -> DataFrame:
