@@ -90,7 +90,7 @@ public final class ContractParse implements UDF1<String, Row> {
     this.compiled = Contract.of(contract);
   }
 
-  /** The parse of {@code line} under {@code contract}: a column of {@link #schema}'s struct. */
+  /** The parse of {@code line} under {@code contract}: a column of the struct described above. */
   public static Column column(String contract, Column line) {
     ContractParse parse = new ContractParse(contract);
     return functions.udf(parse, parse.contract().schema).apply(line);
