@@ -129,7 +129,9 @@ def _parse_stages(fields: tuple[Field, ...], event_time: str, max_ahead: str,
 
     line = (
         F.when(value.isNull() | (F.trim(value) == ""), F.lit("empty line"))
-        .when(F.length(value) > MAX_RECORD_CHARS,
+        # A line has at most as many characters as bytes, and counting characters reads every
+        # byte: they are counted only of a line with more bytes than the bound.
+        .when((F.octet_length(value) > MAX_RECORD_CHARS) & (F.length(value) > MAX_RECORD_CHARS),
               F.lit(f"record larger than {MAX_RECORD_CHARS} characters"))
         .when(F.col("_raw_bytes").isNotNull(), F.lit("invalid UTF-8"))
         .otherwise(part("_line_reason"))

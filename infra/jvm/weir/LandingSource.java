@@ -358,7 +358,7 @@ public final class LandingSource implements TableProvider {
       int contentEnd = end > content && buf[end - 1] == '\r' ? end - 1 : end;
       UTF8String value = UTF8String.fromBytes(buf, content, contentEnd - content);
       byte[] raw = null;
-      if (!value.isValid()) {
+      if (!ascii(buf, content, contentEnd) && !value.isValid()) {
         raw = Arrays.copyOfRange(buf, content, contentEnd);
         value = value.makeValid();
       }
@@ -367,6 +367,16 @@ public final class LandingSource implements TableProvider {
       row.update(2, value);
       row.update(3, raw);
       line = nl < 0 ? len : nl + 1;
+    }
+
+    /** Whether {@code b[from, to)} is ASCII only, and so valid UTF-8: one test per byte, where
+     * {@link UTF8String#isValid} decodes each character (1.8 % of an ingest's CPU samples). */
+    private static boolean ascii(byte[] b, int from, int to) {
+      int any = 0;
+      for (int i = from; i < to; i++) {
+        any |= b[i];
+      }
+      return any >= 0;
     }
 
     /** The index of the first {@code \n} at or after {@code from}; with {@code readOn}, reading
