@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench import jvm_profile
+
 log = logging.getLogger(__name__)
 Document = dict[str, Any]
 # The latency run's latencies in the record: an evenly spaced sample of them, sorted (records
@@ -498,6 +500,10 @@ def markdown_summary(doc: Document) -> str:
                   "| run | query | span s | CPU s |", "|---|---|---|---|"]
         lines += [f"| {q['run']} | {q['query']} | {_fmt(q['span_s'])} | {_fmt(q['cpu_s'])} |"
                   for q in by_query]
+    for label, r in doc["results"].items():
+        if isinstance(r, dict) and r.get("jvm_profile"):
+            title = f"## Where the {label} driver's CPU goes (JDK Flight Recorder, `--jvm-profile`)"
+            lines += ["", title, "", *jvm_profile.markdown(r["jvm_profile"])]
     failures = [(label, r.get("not_measured")) for label, r in doc["results"].items()
                 if isinstance(r, dict) and r.get("not_measured")]
     if failures:

@@ -9,6 +9,7 @@ hand-written job, side by side in one invocation on the same files, written to
     python -m bench.run --only ceiling --only bare --only platform
     python -m bench.run --only one_file # one landing file of ~2.3 GB: the bare job and the platform
     python -m bench.run --only floor --only ladder --only platform   # the platform's cost, step by step
+    python -m bench.run --only platform --jvm-profile  # where the platform driver's CPU goes (JFR)
 
 Every measured run is one process, `python -m bench.worker WORKLOAD ARGS_JSON`, printing one JSON
 result line; the harness samples the peak memory and CPU time of its whole process tree. Ratios
@@ -102,6 +103,7 @@ class Suite:
     quick: bool
     workdir: Path
     selected: tuple[str, ...]
+    jvm_profile: bool = False    # the platform's `weir run --once` drivers recorded (`bench.jvm_profile`)
     started: float = dataclasses.field(default_factory=time.monotonic)
     datasets: dict[str, Dataset] = dataclasses.field(default_factory=dict)
     results: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -128,6 +130,8 @@ class Suite:
 
     def spec(self, workload: str, label: str, dataset: str = "x1", **params: Any) -> dict[str, Any]:
         """The worker arguments of a `bench.workloads` run."""
+        if self.jvm_profile and workload in workloads.PROFILED:
+            params["jvm_profile"] = str(self.workdir / f"jfr-{label}")
         spec = Spec(workload=workload, label=label, dataset=self.dataset(dataset),
                     workdir=str(self.workdir / "homes"), timeout_s=self.profile.run_timeout_s,
                     repeats=self.profile.ceiling_repeats if workload.startswith("ceiling") else 1,
@@ -298,6 +302,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="results folder (default bench/results; bench/results/tmp/quick with --quick)")
     parser.add_argument("--budget-s", type=float, default=None,
                         help="time budget of the whole run (default 3600, or 1200 with --quick)")
+    parser.add_argument("--jvm-profile", action="store_true",
+                        help="record the platform's `weir run --once` drivers with the JDK's Flight "
+                             "Recorder and report where their CPU goes (bench.jvm_profile)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the whole work folder (datasets and homes too, not only the logs)")
     args = parser.parse_args(argv)
@@ -315,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     suite = Suite(profile=profile, quick=args.quick, workdir=workdir,
-                  selected=tuple(n for n in NAMES if n in selected))
+                  selected=tuple(n for n in NAMES if n in selected), jvm_profile=args.jvm_profile)
     started_at = dt.datetime.now(dt.UTC)
     env_before = environment()  # the machine's load before the run: what "loaded" is judged on
     try:

@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench import delta_log
+from bench import delta_log, jvm_profile
 from bench.datasets import Dataset, link_into
 from bench.report import LATENCY_SAMPLE
 from spark_jobs import catalog
@@ -1136,6 +1136,11 @@ def platform_backlog(spec: Spec, data: Dataset, name: str, home: WeirHome, pipel
     """`weir run <pipeline> --once` over a backlog of the dataset's lines: source → silver (the
     ingest query's batches) and source → gold (from the ingest's first batch to gold's last)."""
     log_path = driver_log(spec, name)
+    recordings = Path(spec.params["jvm_profile"]) / name if spec.params.get("jvm_profile") else None
+    if recordings is not None:    # the driver's JVM options come after SPARK_SUBMIT_OPTS: none clash
+        recordings.mkdir(parents=True, exist_ok=True)
+        env = {**(env or {}), "SPARK_SUBMIT_OPTS": " ".join(
+            (os.environ.get("SPARK_SUBMIT_OPTS", ""), jvm_profile.recording_options(recordings))).strip()}
     started = time.monotonic()
     driver = weir_driver(home, log_path, once=True, pipeline=pipeline, env=env)
     try:
@@ -1162,6 +1167,8 @@ def platform_backlog(spec: Spec, data: Dataset, name: str, home: WeirHome, pipel
         sessions = driver_progress(home, "sessions", pipeline)
         ended = max([b.ended for b in sessions] + [c.visible_at for c in delta_log.commits(t.sessions)])
         spans["sessions"] = [first + gold_s, max(ended, first + gold_s)]
+    profiled = {} if recordings is None else {
+        "jvm_profile": jvm_profile.summary(jvm_profile.only_recording(recordings))}
     return {"seconds": wall_s, "wall_events_per_s": data.lines / wall_s, **silver,
             "query_spans": {q: [round(a, 3), round(b, 3)] for q, (a, b) in spans.items()},
             "gold_span_s": round(gold_s, 3), "gold_events_per_s": data.lines / gold_s,
@@ -1169,7 +1176,8 @@ def platform_backlog(spec: Spec, data: Dataset, name: str, home: WeirHome, pipel
                                                          "gold": time_split(gold)},
             "silver": exactly_once(t.silver, "event_id", data.valid_events),
             "bronze": exactly_once(t.bronze, None, data.lines),
-            "timeline": timeline(t.silver, first)}
+            "timeline": timeline(t.silver, first),
+            **profiled}
 
 
 def platform_steady_once(spec: Spec, data: Dataset, name: str) -> Result:
@@ -1224,6 +1232,8 @@ PROCESS_WORKLOADS: dict[str, Callable[[Spec, Dataset, str], Result]] = {
     "platform_kafka": platform_kafka_once,
     "latency": latency_once,
 }
+# The workloads whose driver `python -m bench.run --jvm-profile` records (`platform_backlog`'s).
+PROFILED = ("platform", "platform_kafka")
 
 
 def measure(spec: Spec, spark: SparkSession | None) -> Result:

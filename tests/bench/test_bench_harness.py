@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from bench import report
+from bench import jvm_profile, report
 from bench.datasets import Size, make
 from bench.process_tree import PeakMemory
 from spark_jobs.home import REPO_ROOT
@@ -379,12 +379,14 @@ def test_kafka_run_measures_the_bare_job_and_the_platform_on_the_same_records(tm
 
 
 @pytest.mark.slow
-def test_platform_run_is_weir_run_once_with_its_output_checked(tmp_path: Path) -> None:
+def test_platform_run_is_weir_run_once_with_its_output_checked(tmp_path: Path, capsys) -> None:
     """`python -m bench.worker platform`: `weir run playback --once` in its own driver on a few
-    hundred lines; silver and gold rates from its progress, silver and bronze exactly once."""
+    hundred lines; silver and gold rates from its progress, silver and bronze exactly once. The
+    driver is recorded as `--jvm-profile` asks, and its samples filed by the work they are part of."""
     data = make(tmp_path / "data", "x1", Size(files=2, sessions_per_file=6), seed=11)
     _, result = worker("platform", {"workload": "platform", "label": "platform",
-                                    "dataset": dataclasses.asdict(data), "workdir": str(tmp_path / "homes")})
+                                    "dataset": dataclasses.asdict(data), "workdir": str(tmp_path / "homes"),
+                                    "params": {"jvm_profile": str(tmp_path / "jfr")}})
     assert "error" not in result, result
     assert result["silver"] == {"count": data.valid_events, "distinct": data.valid_events,
                                 "expected": data.valid_events, "exactly_once": True}
@@ -402,3 +404,23 @@ def test_platform_run_is_weir_run_once_with_its_output_checked(tmp_path: Path) -
     assert "StreamingQueryListenerBus" not in log, log[-2000:]
     # and every query's last batch is in the driver's progress (the gold query has one batch here)
     assert result["gold_batches"] >= 1
+    profile = result["jvm_profile"]
+    work = {w["work"]: w["samples"] for w in profile["work"]}
+    assert profile["samples"] == sum(work.values()) > 100, work
+    tasks = ("parse into the batch's cache", "Parquet write (Delta)", "shuffle write", "other tasks")
+    driver = ("driver: Delta's log and commits", "driver: calls from Python")
+    assert any(work.get(w) for w in tasks) and any(work.get(w) for w in driver), work
+    assert profile["jit_compile_s"] > 0 and profile["jit_compiles"] > 0, profile
+    recording = jvm_profile.only_recording(tmp_path / "jfr" / "platform-0")
+    assert jvm_profile.main([str(recording)]) == 0
+    assert f"{profile['samples']:,} samples" in capsys.readouterr().out
+    assert jvm_profile.main([str(tmp_path / "none.jfr")]) == 2
+    assert capsys.readouterr().err.strip() == "usage: python -m bench.jvm_profile RECORDING.jfr"
+
+
+def test_a_recordings_durations_are_read_in_every_iso_8601_form_jfr_prints() -> None:
+    """JFR prints a compile time of 87.7 s as `PT1M27.676S`: a run's summary once failed on it."""
+    seconds = {"PT58.8S": 58.8, "PT1M27.676S": 87.676, "PT2H": 7200.0, "PT1H0M3S": 3603.0, "PT0S": 0.0}
+    assert {text: jvm_profile._seconds(text) for text in seconds} == seconds
+    with pytest.raises(ValueError, match="not an ISO-8601 duration"):
+        jvm_profile._seconds("87.7 s")
