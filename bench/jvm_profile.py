@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-# (label, a fragment of a frame's "class.method"), outermost first in meaning: a sample is filed
+# (label, a fragment of a frame's "package.Class.method"), outermost first in meaning: a sample is filed
 # under the first label whose fragment is in any of its frames.
 WORK = (
     ("parse into the batch's cache", "CachedRDDBuilder"),
@@ -32,25 +32,25 @@ WORK = (
     ("shuffle write", "ShuffleWriteProcessor"),
     ("broadcast build", "BroadcastExchangeExec"),
     ("code generation (Janino)", "CodeGenerator$.doCompile"),
-    ("other tasks", "executor.Executor$TaskRunner"),
-    ("driver: Delta's log and commits", "spark/sql/delta/"),
-    ("driver: calls from Python", "py4j/"),
+    ("other tasks", "executor.Executor$TaskRunner."),
+    ("driver: Delta's log and commits", "spark.sql.delta."),
+    ("driver: calls from Python", "py4j."),
 )
 DOING = (
-    ("the landing reader", "weir/LandingSource"),
-    ("the contract's parse", "weir/ContractParse"),
+    ("the landing reader", "weir.LandingSource"),
+    ("the contract's parse", "weir.ContractParse"),
     ("JSON (Jackson)", "jackson"),
-    ("the cache's columns", "columnar/"),
+    ("the cache's columns", ".columnar."),
     ("Parquet's dictionaries", "DictionaryValuesWriter"),
-    ("Parquet's encodings", "org/apache/parquet"),
+    ("Parquet's encodings", "org.apache.parquet"),
     ("compression", "ompress"),
     ("sort", "Sorter"),
     ("hash join", "HashedRelation"),
     ("aggregate", "Aggregat"),
     ("class loading", "ClassLoader.loadClass"),
     ("class loading", "URLClassPath"),
-    ("class loading", "java/lang/Class.forName"),
-    ("code generation", "codehaus/janino"),
+    ("class loading", "java.lang.Class.forName"),
+    ("code generation", "codehaus.janino"),
     ("generated code", "GeneratedClass"),
 )
 SETTINGS = "profile"
@@ -83,7 +83,8 @@ def _events(recording: Path, event: str, depth: int = STACK_DEPTH) -> list[dict[
 
 def _frames(event: dict[str, Any]) -> list[str]:
     stack = event["values"].get("stackTrace") or {"frames": []}
-    return [f"{f['method']['type']['name']}.{f['method']['name']}" for f in stack["frames"]]
+    # a class's name as Java spells it: JFR gives most with slashes, hidden classes with dots
+    return [f"{f['method']['type']['name'].replace('/', '.')}.{f['method']['name']}" for f in stack["frames"]]
 
 
 def _first(labels: tuple[tuple[str, str], ...], frames: list[str], default: str) -> str:
@@ -118,7 +119,7 @@ def summary(recording: Path, top: int = 12) -> dict[str, Any]:
         label = _first(WORK, frames, "other")
         work[label] += 1
         doing[label][_innermost(frames)] += 1
-        hottest[frames[0].replace("/", ".")] += 1
+        hottest[frames[0]] += 1
     compiler = _events(recording, "jdk.CompilerStatistics", depth=0)
     collections_ = _events(recording, "jdk.GarbageCollection", depth=0)
     last = compiler[-1]["values"] if compiler else {}
