@@ -137,6 +137,19 @@ def test_oversized_record_is_quarantined(spark):
     assert reasons(spark, line) == [f"record larger than {transforms.MAX_RECORD_CHARS} characters"]
 
 
+def test_the_size_bound_counts_characters_not_bytes(spark):
+    """The bound's characters are counted only past as many bytes: a line of two-byte characters
+    over the bound in bytes and under it in characters is not oversized, one over it in both is."""
+    def with_device_of(chars: int) -> str:   # json.dumps would write each as the 6 bytes of \\u00e9
+        return with_(device="D").replace('"D"', '"' + "é" * chars + '"')
+
+    under = with_device_of(transforms.MAX_RECORD_CHARS // 2 + 1000)
+    over = with_device_of(transforms.MAX_RECORD_CHARS + 1)
+    assert len(under.encode()) > transforms.MAX_RECORD_CHARS > len(under)
+    assert reasons(spark, under) == []
+    assert reasons(spark, over) == [f"record larger than {transforms.MAX_RECORD_CHARS} characters"]
+
+
 def test_valid_event_is_typed_in_utc_and_extra_fields_are_ignored(spark):
     line = with_(event_time="2026-11-20T23:30:00.250+02:00", bitrate_kbps=4500, buffer_ms=0,
                  position_s=12.5, surprise={"nested": 1})
