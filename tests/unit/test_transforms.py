@@ -140,7 +140,7 @@ def test_oversized_record_is_quarantined(spark):
 def test_the_size_bound_counts_characters_not_bytes(spark):
     """The bound's characters are counted only past as many bytes: a line of two-byte characters
     over the bound in bytes and under it in characters is not oversized, one over it in both is."""
-    def with_device_of(chars: int) -> str:   # json.dumps would write each as the 6 bytes of \\u00e9
+    def with_device_of(chars: int) -> str:   # json.dumps would write each as the 6 bytes of \u00e9
         return with_(device="D").replace('"D"', '"' + "é" * chars + '"')
 
     under = with_device_of(transforms.MAX_RECORD_CHARS // 2 + 1000)
