@@ -72,13 +72,17 @@ def only_recording(directory: Path) -> Path:
     return found[0]
 
 
-def _events(recording: Path, event: str, depth: int = STACK_DEPTH) -> list[dict[str, Any]]:
+def _events(recording: Path, *types: str) -> dict[str, list[dict[str, Any]]]:
+    """The recording's events of `types`, by type, in one read of it (`jfr print` starts a JVM)."""
     jfr = shutil.which("jfr")
     if jfr is None:
         raise RuntimeError("the JDK's `jfr` tool is not on the PATH")
-    out = subprocess.run([jfr, "print", "--json", "--stack-depth", str(depth), "--events", event,
-                          str(recording)], capture_output=True, text=True, check=True).stdout
-    return json.loads(out)["recording"]["events"]
+    out = subprocess.run([jfr, "print", "--json", "--stack-depth", str(STACK_DEPTH), "--events",
+                          ",".join(types), str(recording)], capture_output=True, text=True, check=True).stdout
+    by_type: dict[str, list[dict[str, Any]]] = {t: [] for t in types}
+    for event in json.loads(out)["recording"]["events"]:
+        by_type[event["type"]].append(event)
+    return by_type
 
 
 def _frames(event: dict[str, Any]) -> list[str]:
@@ -111,7 +115,8 @@ def _seconds(value: str) -> float:
 def summary(recording: Path, top: int = 12) -> dict[str, Any]:
     """The recording's samples by work and by what it was doing there, its hottest methods (the
     innermost frame), and the JVM's time compiling and collecting."""
-    samples = [s for s in (_frames(e) for e in _events(recording, "jdk.ExecutionSample")) if s]
+    events = _events(recording, "jdk.ExecutionSample", "jdk.CompilerStatistics", "jdk.GarbageCollection")
+    samples = [s for s in (_frames(e) for e in events["jdk.ExecutionSample"]) if s]
     work: collections.Counter[str] = collections.Counter()
     doing: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     hottest: collections.Counter[str] = collections.Counter()
@@ -120,8 +125,7 @@ def summary(recording: Path, top: int = 12) -> dict[str, Any]:
         work[label] += 1
         doing[label][_innermost(frames)] += 1
         hottest[frames[0]] += 1
-    compiler = _events(recording, "jdk.CompilerStatistics", depth=0)
-    collections_ = _events(recording, "jdk.GarbageCollection", depth=0)
+    compiler = events["jdk.CompilerStatistics"]
     last = compiler[-1]["values"] if compiler else {}
     return {
         "samples": len(samples),
@@ -130,7 +134,8 @@ def summary(recording: Path, top: int = 12) -> dict[str, Any]:
         "hottest": [{"method": m, "samples": n} for m, n in hottest.most_common(top)],
         "jit_compile_s": round(_seconds(str(last.get("totalTimeSpent", "PT0S"))), 1),
         "jit_compiles": int(last.get("compileCount", 0)),
-        "gc_pause_s": round(sum(_seconds(str(e["values"]["sumOfPauses"])) for e in collections_), 2),
+        "gc_pause_s": round(sum(_seconds(str(e["values"]["sumOfPauses"]))
+                                for e in events["jdk.GarbageCollection"]), 2),
     }
 
 
