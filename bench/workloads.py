@@ -343,10 +343,11 @@ def ladder_query(spark: SparkSession, landing: Path, home: WeirHome, step: int) 
     from pyspark.sql import functions as F
 
     from spark_jobs import transforms
+    from spark_jobs.concurrently import run_concurrently
     from spark_jobs.layers import ensure_tables, read_dimension
     from spark_jobs.quality import rules
     from spark_jobs.sources import bronze_columns
-    from spark_jobs.stream import BatchSummary, IngestBatch, run_concurrently
+    from spark_jobs.stream import BatchSummary, IngestBatch
 
     p, root = playback(), home.root / "ladder"
     tables = ensure_tables(spark, home, p) if step >= 4 else None

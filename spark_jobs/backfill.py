@@ -18,6 +18,7 @@ falls on D, and those without a usable event time that were ingested on D (their
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import logging
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql import functions as F
 
 from spark_jobs import queries, sessions, transforms
+from spark_jobs.concurrently import run_concurrently
 from spark_jobs.control import eventlog
 from spark_jobs.errors import UserError
 from spark_jobs.home import WeirHome
@@ -90,6 +92,7 @@ class BackfillResult:
     sessions_replaced: bool | None = None     # None: the pipeline declares no sessions
     lines_read: int = 0                       # the bronze lines the dates' files held
     seconds: dict[str, float] = field(default_factory=dict)   # by step, for the log and the record
+    elapsed_s: float = 0.0                    # the whole: steps side by side overlap
 
 
 def date_range(column: str, first: dt.date, last: dt.date) -> str:
@@ -116,7 +119,7 @@ def backfill(spark: SparkSession, pipeline: Pipeline, date_from: dt.date, date_t
         **dates, "bronze_version": result.bronze_version, "silver_replaced": result.silver_replaced,
         "quarantine_replaced": result.quarantine_replaced, "gold_replaced": result.gold_replaced,
         "sessions_replaced": result.sessions_replaced, "lines_read": result.lines_read,
-        "seconds": result.seconds})
+        "seconds": result.seconds, "elapsed_s": result.elapsed_s})
     return result
 
 
@@ -169,22 +172,32 @@ def _backfill(spark: SparkSession, pipeline: Pipeline, date_from: dt.date, date_
     lines, partitions = steps.time("read", lambda: in_partitions_of(
         bronze_lines(spark, tables.bronze, version, date_from, date_to), PARTITION_LINES))
     parsed = cached_parse(lines, pipeline)
+    what = f"{pipeline.name} back-fill {date_from}..{date_to}"
+    # Side by side, as the stream's writes are (`concurrently`): silver and quarantine, each from
+    # the parsed lines; then gold and sessions, each from silver as it now stands.
     try:
         read = steps.time("read+parse", parsed.count)
         derived = transforms.silver(parsed, read_dimension(spark, tables), pipeline,
                                     partitions=partitions)
         lineage = parsed.select("_source", "_position")
-        silver_replaced = steps.time("silver", lambda: reconcile(
-            _first_copies(derived, tables, pipeline, in_range, read), tables.silver, (pipeline.key,),
-            scope=in_range, partition="event_date", owned=lineage, before_write=lambda: hold("silver")))
-        quarantine_replaced = steps.time("quarantine", lambda: _reconcile_quarantine(
-            parsed, tables, pipeline, date_from, date_to, hold))
+        lines_to = run_concurrently(steps.timed({
+            "silver": lambda: reconcile(
+                _first_copies(derived, tables, pipeline, in_range, read), tables.silver,
+                (pipeline.key,), scope=in_range, partition="event_date", owned=lineage,
+                before_write=lambda: hold("silver")),
+            "quarantine": lambda: _reconcile_quarantine(parsed, tables, pipeline, date_from, date_to,
+                                                        hold)}), what=what, spark=spark)
     finally:
         parsed.unpersist()
-    gold_replaced = steps.time("gold", lambda: _reconcile_gold(
-        spark, tables, pipeline, date_from, date_to, hold))
-    sessions_replaced = (steps.time("sessions", lambda: _reconcile_sessions(
-        spark, tables, pipeline, date_from, date_to, hold)) if tables.sessions is not None else None)
+    from_silver: dict[str, Callable[[], object]] = {
+        "gold": lambda: _reconcile_gold(spark, tables, pipeline, date_from, date_to, hold)}
+    if tables.sessions is not None:
+        from_silver["sessions"] = lambda: _reconcile_sessions(spark, tables, pipeline, date_from,
+                                                              date_to, hold)
+    derived_to = run_concurrently(steps.timed(from_silver), what=what, spark=spark)
+    silver_replaced, quarantine_replaced = bool(lines_to["silver"]), bool(lines_to["quarantine"])
+    gold_replaced = bool(derived_to["gold"])
+    sessions_replaced = bool(derived_to["sessions"]) if "sessions" in derived_to else None
     # a table's checkpoint is written after its commits, not in one (`tables.CHECKPOINT_INTERVAL`)
     checkpoint_after_commits(*(p for p in (tables.silver, tables.quarantine, tables.gold,
                                            tables.sessions) if p is not None))
@@ -193,7 +206,7 @@ def _backfill(spark: SparkSession, pipeline: Pipeline, date_from: dt.date, date_
              word(silver_replaced), word(quarantine_replaced), word(gold_replaced), steps.elapsed(), steps)
     return BackfillResult(pipeline.name, date_from, date_to, silver_replaced, gold_replaced,
                           quarantine_replaced, version, sessions_replaced, lines_read=read,
-                          seconds=steps.rounded())
+                          seconds=steps.rounded(), elapsed_s=round(steps.elapsed(), 2))
 
 
 def _first_copies(derived: DataFrame, tables: PipelineTables, pipeline: Pipeline,
@@ -313,21 +326,25 @@ def rebuild_from_silver(spark: SparkSession, pipeline: Pipeline, home: WeirHome,
     version = latest_version(tables.silver)
     silver = spark.read.format("delta").option("versionAsOf", version).load(str(tables.silver))
     through = silver.agg(F.unix_millis(F.max(F.col(pipeline.event_time).cast("timestamp")))).first()[0]
-    rebuilt = {}
-    for query in fresh:
+    marker = json.dumps({queries.REBUILT_FROM: version, queries.REBUILT_THROUGH: through})
+
+    def rebuild(query: str) -> None:
         rows = (transforms.aggregate(silver, pipeline) if query == "gold" else
                 sessions.batch_rows(silver, pipeline, sessions.horizon_after(through, pipeline)))
-        marker = json.dumps({queries.REBUILT_FROM: version, queries.REBUILT_THROUGH: through})
         path = queries.rebuilt_table(tables, query)
 
-        def overwrite(rows: DataFrame = rows, path: Path = path, marker: str = marker) -> None:
+        def overwrite() -> None:
             writer = rows.write.format("delta").mode("overwrite").option("userMetadata", marker)
             save_fenced(writer, path, fencing)
 
         retry_conflicts(overwrite, what=f"rebuild {path}")
         log.info("%s: %s rebuilt from silver version %d; the %s query starts after it",
                  pipeline.name, path.name, version, query)
-        rebuilt[query] = version
+
+    # each table from the same scan of silver, side by side (`concurrently`)
+    run_concurrently({query: functools.partial(rebuild, query) for query in fresh},
+                     what=f"{pipeline.name} rebuild from silver", spark=spark)
+    rebuilt = dict.fromkeys(fresh, version)
     if latest_version(tables.silver) == version:
         # The queries start at V+1, which must exist: Delta refuses a future version, and `latest`
         # (resolved only at a query's first batch) would skip a commit made in between.
@@ -354,11 +371,16 @@ def _rebuild_from_bronze(spark: SparkSession, pipeline: Pipeline, home: WeirHome
     try:
         derived = transforms.silver(parsed, read_dimension(spark, tables), pipeline,
                                     partitions=partitions)
-        for frame, path, partition in ((derived, tables.silver, "event_date"),
-                                       (transforms.rejects(parsed), tables.quarantine, "ingest_date")):
-            retry_conflicts(lambda f=frame, t=path, c=partition: f.write.format("delta").mode("overwrite")
-                            .option("overwriteSchema", "true").partitionBy(c).save(str(t)),
+        def overwrite(frame: DataFrame, path: Path, partition: str) -> None:
+            retry_conflicts(lambda: frame.write.format("delta").mode("overwrite")
+                            .option("overwriteSchema", "true").partitionBy(partition).save(str(path)),
                             what=f"rebuild {path}")
+
+        run_concurrently({
+            "silver": functools.partial(overwrite, derived, tables.silver, "event_date"),
+            "quarantine": functools.partial(overwrite, transforms.rejects(parsed), tables.quarantine,
+                                            "ingest_date")},
+            what=f"{pipeline.name} rebuild from bronze", spark=spark)
     finally:
         parsed.unpersist()
     log.info("%s: silver and quarantine rebuilt from bronze version %d", pipeline.name, version)

@@ -42,6 +42,7 @@ from spark_jobs import catalog, derived, queries, sessions, transforms
 from spark_jobs.backfill import rebuild_from_silver
 from spark_jobs.checkpoints.generations import safety_backup
 from spark_jobs.checkpoints.layout import clear_interrupted_writes
+from spark_jobs.concurrently import run_concurrently
 from spark_jobs.control import lease as leases
 from spark_jobs.control import progress
 from spark_jobs.control.heartbeat import DriverMonitor
@@ -199,28 +200,6 @@ def files_warmed(warmed: Future[int]) -> int:
     failed. A failed warm-up is not raised: it only ever gave the insert a head start, and the
     insert reads whatever it lacks (and fails loudly where that fails)."""
     return 0 if warmed.exception() is not None else warmed.result()
-
-
-def run_concurrently(actions: dict[str, Callable[[], object]], *, what: str,
-                     spark: SparkSession) -> dict[str, object]:
-    """Run independent Spark actions on their own threads (their jobs, Delta commits and planning
-    overlap instead of queueing) and return their results by name. The first failure is raised
-    once every action has ended, so none is left writing behind a failed batch.
-
-    Each thread carries a copy of the calling thread's local properties and `spark`'s tags
-    (`inheritable_thread_target`): in a query's foreachBatch, its job group (a stop cancels the
-    query's jobs by it, and the Spark UI lists them under it), its scheduler pool and its SQL
-    execution, as on the query's own thread. A copy each: a thread's SQL executions set their id
-    in its properties, and threads sharing one set of them would take each other's ids."""
-    with ThreadPoolExecutor(max_workers=len(actions), thread_name_prefix="weir-write") as pool:
-        futures = {name: pool.submit(inheritable_thread_target(spark)(action))
-                   for name, action in actions.items()}
-    failed = [(name, f.exception()) for name, f in futures.items() if f.exception() is not None]
-    for name, err in failed[1:]:
-        log.error("%s: %s failed too: %s", what, name, err)
-    if failed:
-        raise failed[0][1]  # type: ignore[misc]
-    return {name: f.result() for name, f in futures.items()}
 
 
 class GoldBatch:

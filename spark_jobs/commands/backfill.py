@@ -41,10 +41,11 @@ def handle(args: argparse.Namespace) -> int:
                           "to": str(result.date_to), "silver_replaced": result.silver_replaced,
                           "quarantine_replaced": result.quarantine_replaced,
                           "gold_replaced": result.gold_replaced, "bronze_version": result.bronze_version,
-                          "lines_read": result.lines_read, "seconds": result.seconds}))
+                          "lines_read": result.lines_read, "seconds": result.seconds,
+                          "elapsed_s": result.elapsed_s}))
     else:
         print(f"{pipeline.name} {result.date_from}..{result.date_to}: "
               f"silver {word(result.silver_replaced)}, quarantine {word(result.quarantine_replaced)}, "
               f"gold {word(result.gold_replaced)}; {result.lines_read:,} bronze line(s) read, "
-              f"{sum(result.seconds.values()):.1f}s ({describe(result.seconds)})")
+              f"{result.elapsed_s:.1f}s ({describe(result.seconds)})")
     return 0

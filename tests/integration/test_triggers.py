@@ -48,7 +48,7 @@ def unfinished_sql_executions(spark) -> set[int]:
 
 
 def test_every_job_of_a_query_is_in_its_job_group(spark, home) -> None:
-    """The ingest's writes run on threads of their own (`stream.run_concurrently`, beside the warm-up
+    """The ingest's writes run on threads of their own (`concurrently.run_concurrently`, beside the warm-up
     of silver's key hashes); they carry the query's local properties: its job group, by which a
     stop cancels the query's jobs and the Spark UI lists them, and its scheduler pool. None of their
     SQL executions is left running once the queries stop."""

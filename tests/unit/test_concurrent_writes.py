@@ -1,4 +1,4 @@
-"""`stream.run_concurrently`: the ingest batch's independent writes run side by side, and a failure is
+"""`concurrently.run_concurrently`: the ingest batch's independent writes run side by side, and a failure is
 raised only once every write has ended (none is left writing behind a failed batch); each write's
 thread carries its own copy of the caller's Spark local properties."""
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from spark_jobs.stream import run_concurrently
+from spark_jobs.concurrently import run_concurrently
 
 
 def test_actions_overlap_and_all_run(spark) -> None:
