@@ -95,6 +95,30 @@ def run_in_thread(action, failures: list[BaseException]) -> threading.Thread:
     return thread
 
 
+def test_layers_that_read_no_other_are_reconciled_side_by_side(spark, home, tmp_path):
+    """Silver and quarantine (each from the lines read), then gold and the sessions (each from
+    silver): the back-fill reaches each one's write only while its partner is at its own, which a
+    back-fill that ran them one after another never does (the barrier times out)."""
+    pipeline = playback(files_per_trigger=2)
+    tables = ensure_tables(spark, home, pipeline)
+    written = generate(tmp_path, files=2, sessions_per_file=4, seed=71, bad_ratio=0.1)
+    ingest(spark, pipeline, tables, written.files, dt.datetime(2026, 11, 19, 20, 30, tzinfo=dt.UTC), 0)
+    damage(spark, tables)
+    from_lines, from_silver = threading.Barrier(2, timeout=60), threading.Barrier(2, timeout=60)
+    partners = {"silver": from_lines, "quarantine": from_lines, "gold": from_silver, "sessions": from_silver}
+    met: list[str] = []
+
+    def hold(layer: str) -> None:
+        if layer not in met:       # gold's later rounds, if any, pass
+            met.append(layer)
+            partners[layer].wait()
+
+    backfill(spark, pipeline, DAY, DAY, home=home, hold=hold)
+    assert sorted(met) == ["gold", "quarantine", "sessions", "silver"]
+    assert set(met[:2]) == {"silver", "quarantine"}, met
+    assert_layers_exact(spark, pipeline, tables, written.event_ids)
+
+
 @pytest.mark.parametrize("layer", ["silver", "quarantine", "gold"])
 def test_stream_commit_between_backfill_read_and_write_is_kept(spark, home, tmp_path, layer):
     pipeline = playback(files_per_trigger=2)
