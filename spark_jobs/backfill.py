@@ -72,8 +72,9 @@ GOLD_ROUNDS = 4
 Hold = Callable[[str], None]
 # A back-fill's and a refresh's settings. Their caches (the lines parsed, the rows to reconcile)
 # are stored uncompressed, as the stream's batch is (`stream.driver_conf`): 5 s less to cache a
-# day of parsed lines, and 3 s less for its silver rows (docs/performance.md).
-BATCH_CONF = {"spark.sql.inMemoryColumnarStorage.compressed": "false"}
+# day of parsed lines, and 3 s less for its silver rows (docs/performance.md). Their dedupe sorts
+# its rows once (`transforms.DEDUPE_CONF`).
+BATCH_CONF = {"spark.sql.inMemoryColumnarStorage.compressed": "false", **transforms.DEDUPE_CONF}
 
 
 class DateRangeError(UserError, ValueError):

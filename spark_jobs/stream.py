@@ -414,9 +414,11 @@ def driver_conf(pipeline: Pipeline) -> dict[str, str]:
       Spark's columnar cache stores it uncompressed: about a third more memory (258 against 194
       MB for a 128 MB batch, bounded like the batch) and about 0.9 s less per such batch, 5 %
       of the ingest. A batch far above the default bound spills sooner than a compressed
-      one and is then slower (docs/performance.md)."""
+      one and is then slower (docs/performance.md).
+    * The silver rows are deduplicated with one sort of each batch's rows, not two
+      (`transforms.DEDUPE_CONF`)."""
     return {"spark.sql.shuffle.partitions": str(pipeline.shuffle_partitions),
-            "spark.sql.inMemoryColumnarStorage.compressed": "false"}
+            "spark.sql.inMemoryColumnarStorage.compressed": "false", **transforms.DEDUPE_CONF}
 
 
 def _run_queries(spark: SparkSession, pipeline: Pipeline, home: WeirHome, *, once: bool,

@@ -215,6 +215,15 @@ def event_date(pipeline: Pipeline) -> Column:
     return F.to_date(pipeline.event_time)
 
 
+# What a job that dedupes (`dedupe`) runs with. Spark's optimizer puts a partial "first row per
+# key" before the dedupe's shuffle (`WindowGroupLimit`, from `spark.sql.optimizer.
+# windowGroupLimitThreshold`), which sorts every row of each input partition to drop the rows
+# that are not their key's first there: worth it where a partition holds many rows per key, pure
+# cost where nearly every key is unique, as an event's is (a few percent of lines are resends).
+# Without it the rows are sorted once, after the shuffle.
+DEDUPE_CONF = {"spark.sql.optimizer.windowGroupLimitThreshold": "-1"}
+
+
 def dedupe(events: DataFrame, key: str, partitions: int | None = None) -> DataFrame:
     """One row per `key`: the first ingested (by ingest time, source, position: unique, so the
     choice is deterministic whatever the batching, and the stream and a back-fill keep the same

@@ -200,6 +200,25 @@ def test_dedupe_shuffles_once_into_the_partitions_a_batch_job_asks_for(spark):
     assert sorted(r.device for r in rows.collect()) == sorted(f"d{i}" for i in range(7))
 
 
+@pytest.mark.parametrize("job", ["stream", "back-fill"])
+def test_a_jobs_dedupe_sorts_its_rows_once(spark, job):
+    """Under the settings the stream's driver and a back-fill run with, the dedupe's plan sorts the
+    rows once, after its shuffle: no partial first-row-per-key before it (Spark's default), which
+    sorted every row of a batch a second time for the few keys seen twice. The rows kept are the
+    same either way."""
+    from spark_jobs.backfill import BATCH_CONF
+    from spark_jobs.session import session_conf
+    from spark_jobs.stream import driver_conf
+
+    lines = [with_(event_id=f"e{i % 7}", device=f"d{i}") for i in range(20)]
+    rows = transforms.silver(transforms.parse(bronze(spark, *lines), PLAYBACK), None, PLAYBACK)
+    with session_conf(spark, driver_conf(PLAYBACK) if job == "stream" else BATCH_CONF):
+        plan = rows._jdf.queryExecution().executedPlan().toString()
+        kept = sorted(r.device for r in rows.collect())
+    assert "WindowGroupLimit" not in plan and plan.count("Sort [") == 1, plan
+    assert kept == sorted(r.device for r in rows.collect()) == [f"d{i}" for i in range(7)]
+
+
 def test_enrichment_gives_nulls_for_unknown_content(spark):
     dim = spark.createDataFrame([("c001", "Paper Tide", "drama")],
                                 "content_id string, title string, genre string")
