@@ -83,26 +83,37 @@ class BatchSummary:
 
     positions: dict[str, tuple[int, int]]   # source → (first, last) position of its lines here
     rejects: int
-    dates: tuple[object, ...]          # event dates of the valid rows
+    valid: int
+    dates: tuple[object, object] | None     # the first and last event date of the valid rows
     rule_counts: dict[str, int]
 
     @property
     def sources(self) -> tuple[str, ...]:
         return tuple(self.positions)
 
+    @staticmethod
+    def aggregate(parsed: DataFrame, pipeline: Pipeline, rules: tuple[RowRule, ...]) -> DataFrame:
+        """The summary's aggregate, one row per source. Counts and bounds only: every function
+        keeps a fixed-size buffer, so Spark runs it as a hash aggregate over the batch's rows. A set
+        of the dates (`collect_set`) made it an object hash aggregate, 3 % of a backlog's CPU
+        samples (docs/performance.md)."""
+        valid = F.col(transforms.REASON).isNull()
+        date = F.when(valid, transforms.event_date(pipeline))
+        return parsed.groupBy("_source").agg(
+            F.min("_position").alias("_first"), F.max("_position").alias("_last"),
+            F.count_if(~valid).alias("_rejects"), F.count_if(valid).alias("_valid"),
+            F.min(date).alias("_first_date"), F.max(date).alias("_last_date"),
+            *row_rules.metrics(rules))
+
     @classmethod
     def of(cls, parsed: DataFrame, pipeline: Pipeline, rules: tuple[RowRule, ...]) -> BatchSummary:
-        valid = F.col(transforms.REASON).isNull()
-        metrics = row_rules.metrics(rules)
-        rows = parsed.groupBy("_source").agg(
-            F.min("_position").alias("_first"), F.max("_position").alias("_last"),
-            F.count_if(~valid).alias("_rejects"),
-            F.collect_set(F.when(valid, transforms.event_date(pipeline))).alias("_dates"),
-            *metrics).collect()
+        rows = cls.aggregate(parsed, pipeline, rules).collect()
         names = [row_rules.metric_name(r) for r in rules]
+        firsts = [r["_first_date"] for r in rows if r["_first_date"] is not None]
+        lasts = [r["_last_date"] for r in rows if r["_last_date"] is not None]
         return cls(positions={r["_source"]: (r["_first"], r["_last"]) for r in rows},
-                   rejects=sum(r["_rejects"] for r in rows),
-                   dates=tuple({d for r in rows for d in r["_dates"]}),
+                   rejects=sum(r["_rejects"] for r in rows), valid=sum(r["_valid"] for r in rows),
+                   dates=(min(firsts), max(lasts)) if firsts else None,
                    rule_counts={n: sum(r[n] for r in rows) for n in names})
 
 
@@ -156,7 +167,7 @@ class IngestBatch:
                 writes["quarantine"] = lambda: insert_absent(
                     transforms.rejects(parsed), t.quarantine, transforms.BRONZE_KEY, prune=by_source,
                     fencing=token)
-            if summary.dates:
+            if summary.valid:
                 # Derived from the cached batch as it is written, not materialised first: the
                 # keys looked up are the valid lines' (before the dedupe, so it runs once). An
                 # event resent with another event time stands under another date already: every
@@ -181,11 +192,12 @@ class IngestBatch:
             fence(p.name)
             checkpoint_after_commits(*(getattr(t, name) for name in done))
             beside = files_warmed(warmed)
-            log.info("%s ingest batch %d: %d source(s), %d reject(s), %d new event(s) under %d date(s) "
+            log.info("%s ingest batch %d: %d source(s), %d reject(s), %d new event(s) of %s "
                      "(silver's keys read from %d file(s), key hashes from %d, %d of them read: %d "
                      "beside the parse, %d after it) written in %.1fs (%s)",
                      p.name, batch_id, len(summary.sources), summary.rejects, inserted.rows,
-                     len(summary.dates), inserted.files_read, inserted.files_hashed,
+                     "..".join(map(str, summary.dates or ("no date",))), inserted.files_read,
+                     inserted.files_hashed,
                      beside + inserted.hashes_read, beside, inserted.hashes_read, steps.elapsed(),
                      steps)
         finally:
