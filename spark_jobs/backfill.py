@@ -372,6 +372,7 @@ def _rebuild_from_bronze(spark: SparkSession, pipeline: Pipeline, home: WeirHome
     try:
         derived = transforms.silver(parsed, read_dimension(spark, tables), pipeline,
                                     partitions=partitions)
+
         def overwrite(frame: DataFrame, path: Path, partition: str) -> None:
             retry_conflicts(lambda: frame.write.format("delta").mode("overwrite")
                             .option("overwriteSchema", "true").partitionBy(partition).save(str(path)),
