@@ -24,6 +24,11 @@ class StepTimes:
             self.seconds[step] = self.seconds.get(step, 0.0) + time.monotonic() - began
 
     def timed(self, actions: dict[str, Callable[[], T]]) -> dict[str, Callable[[], T]]:
+        """`actions`, each timed as its step. The steps are listed in the order given, whichever
+        ends first when they run side by side (`concurrently`): a log line and a record read alike
+        from one run to the next."""
+        for name in actions:
+            self.seconds.setdefault(name, 0.0)
         return {name: functools.partial(self.time, name, action) for name, action in actions.items()}
 
     def elapsed(self) -> float:
