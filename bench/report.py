@@ -9,7 +9,7 @@ import itertools
 import json
 import logging
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -90,14 +90,42 @@ def rate(doc: Document, key: str) -> float | None:
     return float(value) if value else None
 
 
+def pair_label(job: str, pair: int) -> str:
+    """The result label of `job` ("bare" or "platform") in the `pair`th pair of a `--pairs` run."""
+    return job if pair == 1 else f"{job}_pair{pair}"
+
+
+def landing_pairs(doc: Document) -> list[dict[str, Any]]:
+    """The landing backlog's pairs (`--pairs`): each the bare job, then the platform right after it,
+    and the platform's ratios to that bare job. A pair missing either rate is left out."""
+    pairs = []
+    for pair in itertools.count(1):
+        bare, platform = (pair_label(job, pair) for job in ("bare", "platform"))
+        if bare not in doc["results"] and platform not in doc["results"]:
+            return pairs
+        rates = {job: rate(doc, key) for job, key in (("bare", bare), ("silver", platform),
+                                                       ("gold", f"{platform}:gold"))}
+        if rates["bare"] and rates["silver"]:
+            pairs.append({"pair": pair, **rates, "silver_vs_bare": _ratio(rates["silver"], rates["bare"]),
+                          "gold_vs_bare": _ratio(rates["gold"], rates["bare"])})
+    return pairs
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
 def summarise(doc: Document) -> dict[str, Any]:
-    """Headline rates, ratios (only between runs of this document) and goals."""
+    """Headline rates, ratios (only between runs of this document) and goals. The landing ratios
+    are the median of the pairs' (`landing_pairs`): one pair's, unless the run took several."""
     rates = {key: rate(doc, key) for key, _ in RATES}
     latency, recovery = _result(doc, "latency"), _result(doc, "recovery")
     dq = _result(doc, "dq")
+    pairs = landing_pairs(doc)
     ratios = {
-        "platform_silver_vs_bare": _ratio(rates["platform"], rates["bare"]),
-        "platform_gold_vs_bare": _ratio(rates["platform:gold"], rates["bare"]),
+        "platform_silver_vs_bare": _median(p["silver_vs_bare"] for p in pairs),
+        "platform_gold_vs_bare": _median(p["gold_vs_bare"] for p in pairs),
         "bare_vs_ceiling": _ratio(rates["bare"], rates["ceiling"]),
         # what a second table and bounded batches cost, hand-written; the rest of the gap to the
         # platform is its contract check, quarantine, dedupe, enrichment and exactly-once
@@ -180,7 +208,7 @@ def summarise(doc: Document) -> dict[str, Any]:
     return {"rates": rates, "ratios": ratios, "metrics": others, "goals": goals,
             "cpu_by_query": cpu_by_query(doc),
             "scaling": scaling_rows(doc), "ladder": ladder_rows(doc), "growth": growth_rows(doc),
-            "memory": memory,
+            "pairs": pairs, "memory": memory,
             "load": machine_load(doc)}
 
 
@@ -204,8 +232,31 @@ def growth_rows(doc: Document) -> list[dict[str, Any]]:
         if first:
             row["first"] = {"seconds": first["seconds"],
                             "silver_hashes_read": first.get("silver_hashes_read")}
+        if point.get("rebuild"):
+            row["rebuild"] = point["rebuild"]
         rows.append(row)
     return rows
+
+
+def rebuild_lines(growth: list[dict[str, Any]], heap_mb: float | None) -> list[str]:
+    """The growth run's rebuilds of gold and the sessions from the whole of silver at each size."""
+    rebuilds = [row["rebuild"] for row in growth if row.get("rebuild")]
+    if not rebuilds:
+        return []
+    lines = ["", "## Gold and the sessions rebuilt from the whole of silver (`rebuild_from_silver`: a "
+                 "reset, rewind or refresh of their queries)", "",
+             "| silver rows read | seconds | silver rows/s | heap's old generation, peak MB | "
+             "GC s | gold rows | session rows |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['silver_rows']:,} | {_fmt(r['seconds'])} | "
+              f"{_fmt(_rate(r['silver_rows'], r['seconds']))} | {_fmt(r['old_generation_peak_mb'])} | "
+              f"{_fmt(r['gc_s'])} | {r['gold_rows']:,} | {r['session_rows']:,} |" for r in rebuilds]
+    if heap_mb:
+        lines.append(f"\nThe driver's heap: at most {_fmt(heap_mb)} MB (its default memory).")
+    return lines
+
+
+def _rate(rows: int, seconds: float) -> float | None:
+    return rows / seconds if seconds else None
 
 
 def growth_goal(doc: Document) -> dict[str, Any]:
@@ -390,6 +441,13 @@ def markdown_summary(doc: Document) -> str:
         lines.append(f"| {title} | {_fmt(_result(doc, label).get('lines'))} | {shown} |")
     lines += ["", "## Ratios (same run)", "", "| ratio | value |", "|---|---|"]
     lines += [f"| {name} | {_fmt(value, 'x')} |" for name, value in s["ratios"].items() if value is not None]
+    if len(s.get("pairs") or []) > 1:
+        lines += ["", f"## The landing backlog, pair by pair (`--pairs`: each the bare job, then the "
+                      f"platform; the ratios above are the median of {len(s['pairs'])})", "",
+                  "| pair | bare job, ev/s | platform → silver | → gold | silver vs bare | gold vs bare |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {p['pair']} | {_fmt(p['bare'])} | {_fmt(p['silver'])} | {_fmt(p['gold'])} | "
+                  f"{_fmt(p['silver_vs_bare'], 'x')} | {_fmt(p['gold_vs_bare'], 'x')} |" for p in s["pairs"]]
     measured = {k: v for k, v in s["metrics"].items() if v is not None}
     if measured:
         lines += ["", "## Other measurements", "", "| metric | value |", "|---|---|"]
@@ -462,6 +520,7 @@ def markdown_summary(doc: Document) -> str:
         first = s["growth"][0]
         lines.append(f"\nSmall batch: {_fmt(first.get('small', {}).get('lines'))} lines; large batch: "
                      f"{_fmt(first.get('large', {}).get('lines'))} lines.")
+        lines += rebuild_lines(s["growth"], _result(doc, "silver_growth").get("driver_heap_mb"))
     backfill = _result(doc, "backfill")
     if backfill.get("steps"):
         rerun = backfill.get("rerun_steps") or {}

@@ -7,6 +7,7 @@ hand-written job, side by side in one invocation on the same files, written to
     python -m bench.run --no-scale      # without the 4M scale point (about half the time)
     python -m bench.run --quick         # tiny data: the smoke run `make test` uses
     python -m bench.run --only ceiling --only bare --only platform
+    python -m bench.run --only bare --only platform --pairs 3   # the landing ratios' median of 3 pairs
     python -m bench.run --only one_file # one landing file of ~2.3 GB: the bare job and the platform
     python -m bench.run --only floor --only ladder --only platform   # the platform's cost, step by step
     python -m bench.run --only platform --jvm-profile  # where the platform driver's CPU goes (JFR)
@@ -104,6 +105,7 @@ class Suite:
     workdir: Path
     selected: tuple[str, ...]
     jvm_profile: bool = False    # the platform's `weir run --once` drivers recorded (`bench.jvm_profile`)
+    pairs: int = 1               # the bare job and the platform on the backlog, taking turns this often
     started: float = dataclasses.field(default_factory=time.monotonic)
     datasets: dict[str, Dataset] = dataclasses.field(default_factory=dict)
     results: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -198,6 +200,11 @@ def run_one(suite: Suite, name: str) -> None:
     interval = p.steady_interval_s
     if name in ("ceiling", "bare", "floor", "platform", "ceiling_transforms"):
         run_worker(suite, name, suite.spec(name, name))
+        if name == "platform" and "bare" in suite.selected:
+            # more pairs, each the bare job then the platform: the landing ratios' median
+            for pair in range(2, suite.pairs + 1):
+                for job in ("bare", "platform"):
+                    run_worker(suite, job, suite.spec(job, report.pair_label(job, pair)))
     elif name == "ladder":     # the floor's steps to the platform's micro-batch
         for step in range(1, len(LADDER)):
             run_worker(suite, "ladder", suite.spec("ladder", f"ladder_{step}", step=step))
@@ -305,9 +312,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jvm-profile", action="store_true",
                         help="record the platform's `weir run --once` drivers with the JDK's Flight "
                              "Recorder and report where their CPU goes (bench.jvm_profile)")
+    parser.add_argument("--pairs", type=int, default=1, metavar="N",
+                        help="run the bare job and the platform N times each, taking turns; the "
+                             "landing goals take the median of the N pairs' ratios (default 1)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the whole work folder (datasets and homes too, not only the logs)")
     args = parser.parse_args(argv)
+    if args.pairs < 1:
+        parser.error(f"--pairs must be at least 1, not {args.pairs}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     out = (args.out or (RESULTS / "tmp" / "quick" if args.quick else RESULTS)).absolute()
     selected = [n for n in NAMES if n in (args.only or DEFAULT) and not (args.no_scale and n == "scale")]
@@ -322,7 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     suite = Suite(profile=profile, quick=args.quick, workdir=workdir,
-                  selected=tuple(n for n in NAMES if n in selected), jvm_profile=args.jvm_profile)
+                  selected=tuple(n for n in NAMES if n in selected), jvm_profile=args.jvm_profile,
+                  pairs=args.pairs)
     started_at = dt.datetime.now(dt.UTC)
     env_before = environment()  # the machine's load before the run: what "loaded" is judged on
     try:

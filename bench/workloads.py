@@ -786,7 +786,9 @@ def silver_growth_once(spark: SparkSession, spec: Spec, data: Dataset, name: str
     for target in spec.params["silver_rows"]:
         rows = copies.to(target)
         own = fresh_home(spec, f"{name}-{rows}").root / "tables"
-        versions = {**day_versions, "silver": delta_version(t.silver)}
+        # gold and the sessions too, for the rebuild at the end (empty: the stream ran the ingest only)
+        versions = {**day_versions, "silver": delta_version(t.silver),
+                    "gold": delta_version(t.gold), "sessions": delta_version(t.sessions)}
         for layer, version in versions.items():
             spark.sql(f"CREATE TABLE delta.`{own / layer}` SHALLOW CLONE "
                       f"delta.`{getattr(t, layer)}` VERSION AS OF {version}")
@@ -807,12 +809,44 @@ def silver_growth_once(spark: SparkSession, spec: Spec, data: Dataset, name: str
             # smallest first, then largest first: a drift within a round favours no size
             for point, (_, ingest) in turns if round_ % 2 == 0 else reversed(turns):
                 point[kind].append(timed_batch(ingest, kind))
+    for point, (rows, ingest) in turns:
+        point["rebuild"] = timed_rebuild(spark, p, fresh_home(spec, f"{name}-{rows}-rebuild"), ingest.tables)
     for point in points:
-        log.info("silver at %d rows: %s", point["silver_rows"],
-                 {k: [r["seconds"] for r in point[k]] for k in ("small", "large")})
+        log.info("silver at %d rows: %s; gold and the sessions rebuilt from it: %s", point["silver_rows"],
+                 {k: [r["seconds"] for r in point[k]] for k in ("small", "large")}, point["rebuild"])
     heap_mb = spark._jvm.java.lang.Runtime.getRuntime().maxMemory() / 2**20  # type: ignore[union-attr]
     return {"day_rows": copies.day_rows, "order": "interleaved", "points": points,
             "driver_heap_mb": round(heap_mb)}
+
+
+def timed_rebuild(spark: SparkSession, pipeline: Pipeline, home: WeirHome, tables: PipelineTables) -> Result:
+    """Gold and the session table rebuilt from the whole of silver, as a driver does before their
+    queries start on fresh checkpoints (`backfill.rebuild_from_silver`: a reset, a rewind, a
+    refresh), in this session with the driver's settings: its time, and the heap it took. The heap
+    taken is the old generation's peak since the rebuild started: what outlived the young
+    collections (the young pools fill to their size whatever a job holds). A rebuild whose memory
+    is bounded shows about the same peak at every size of silver, under the JVM's fixed maximum."""
+    from spark_jobs.backfill import rebuild_from_silver
+
+    factory = spark._jvm.java.lang.management.ManagementFactory  # type: ignore[union-attr]
+    old_generation = [pool for pool in factory.getMemoryPoolMXBeans()
+                      if pool.getType().name() == "HEAP" and "Old" in pool.getName()]
+
+    def gc_seconds() -> float:
+        return sum(max(0, bean.getCollectionTime()) for bean in factory.getGarbageCollectorMXBeans()) / 1000
+
+    rows = spark.read.format("delta").load(str(tables.silver)).count()
+    for pool in old_generation:
+        pool.resetPeakUsage()
+    gc_before, started = gc_seconds(), time.monotonic()
+    rebuilt = rebuild_from_silver(spark, pipeline, home, tables)
+    seconds, gc = time.monotonic() - started, gc_seconds() - gc_before
+    assert sorted(rebuilt) == ["gold", "sessions"], f"rebuilt {sorted(rebuilt)}, not gold and the sessions"
+    return {"silver_rows": rows, "seconds": round(seconds, 3), "gc_s": round(gc, 3),
+            "old_generation_peak_mb": round(sum(pool.getPeakUsage().getUsed()
+                                                for pool in old_generation) / 2**20),
+            "gold_rows": spark.read.format("delta").load(str(tables.gold)).count(),
+            "session_rows": spark.read.format("delta").load(str(tables.sessions)).count()}
 
 
 class BatchSteps(logging.Handler):

@@ -115,6 +115,30 @@ def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path)
     assert "| bare | bare | 2.00 | 1.50 |" in text
 
 
+def test_with_several_pairs_the_landing_goals_take_the_median_of_the_pairs_ratios(tmp_path: Path) -> None:
+    def pair(bare: float, silver: float, gold: float) -> dict[str, Any]:
+        return {"bare": {"workload": "bare", "lines": 1000, "events_per_s": bare},
+                "platform": {"workload": "platform", "lines": 1000, "events_per_s": silver,
+                             "gold_events_per_s": gold}}
+    runs = [pair(100.0, 45.0, 30.0), pair(120.0, 48.0, 36.0), pair(80.0, 48.0, 40.0)]
+    results = {report.pair_label(job, k): result for k, jobs in enumerate(runs, start=1)
+               for job, result in jobs.items()}
+    doc = document(results, ["bare", "platform"])
+    doc["summary"] = summary = report.summarise(doc)
+    assert [p["silver_vs_bare"] for p in summary["pairs"]] == pytest.approx([0.45, 0.40, 0.60])
+    assert summary["ratios"]["platform_silver_vs_bare"] == pytest.approx(0.45)   # not the mean, 0.483
+    assert summary["ratios"]["platform_gold_vs_bare"] == pytest.approx(0.30)     # of 0.30, 0.30, 0.50
+    goals = {g["goal"]: g for g in summary["goals"]}
+    assert goals["platform vs bare job, landing → silver (backlog)"]["reached"] is False
+    report.write(doc, tmp_path, stem="pairs")
+    text = (tmp_path / "pairs.md").read_text()
+    assert "the ratios above are the median of 3" in text
+    assert "| 3 | 80.00 | 48.00 | 40.00 | 0.60x | 0.50x |" in text
+    # a pair whose platform run measured nothing is left out of the median
+    results["platform_pair3"] = {"label": "platform_pair3", "not_measured": "worker exited 1"}
+    assert [p["pair"] for p in report.landing_pairs(document(results, ["bare", "platform"]))] == [1, 2]
+
+
 def test_the_ladder_gives_each_step_against_the_floor_and_the_step_before(tmp_path: Path) -> None:
     doc = document({
         "floor": {"workload": "ladder", "step": 0, "what": "floor", "lines": 1000,
@@ -201,6 +225,22 @@ def test_the_growth_goal_takes_the_worse_of_a_small_and_a_large_batchs_median_gr
     report.write(doc, tmp_path, stem="g")
     assert "| 10,000,000 | 3 |" in (tmp_path / "g.md").read_text()
     assert (tmp_path / "g-growth.png").is_file()
+
+
+def test_the_growth_run_reports_each_sizes_rebuild_of_gold_and_the_sessions(tmp_path: Path) -> None:
+    points = [growth_point(rows, [2.0], [10.0]) for rows in (1_000_000, 10_000_000)]
+    for point, seconds, heap in zip(points, (20.0, 180.0), (700, 720), strict=True):
+        point["rebuild"] = {"silver_rows": point["silver_rows"] + 1_300_000, "seconds": seconds,
+                            "gc_s": 1.5, "old_generation_peak_mb": heap, "gold_rows": 40_000,
+                            "session_rows": 90_000}
+    doc = document({"silver_growth": {"workload": "silver_growth", "runs": [], "points": points,
+                                      "driver_heap_mb": 1024}}, ["growth"])
+    doc["summary"] = report.summarise(doc)
+    report.write(doc, tmp_path, stem="r")
+    text = (tmp_path / "r.md").read_text()
+    assert "| 2,300,000 | 20.00 | 115,000 | 700 | 1.50 | 40,000 | 90,000 |" in text
+    assert "| 11,300,000 | 180 | 62,778 | 720 | 1.50 | 40,000 | 90,000 |" in text
+    assert "at most 1024 MB" in text
 
 
 def test_the_growth_goal_is_not_measured_without_two_sizes_of_silver() -> None:
