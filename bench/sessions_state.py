@@ -140,7 +140,7 @@ def measure(spark: Any, n: int, k: int, root: Path, history_days: int = 0) -> di
     now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     # the bronze-shaped micro-batch the landing reader would make of these lines
     batch = spark.createDataFrame(
-        [(line, "file:///bench/touch.jsonl", i + 1, None, None, None, None, now, now.date(), None)
+        [(line, "file:///bench/touch.jsonl", i + 1, None, None, None, None, now, now.date(), None, None)
          for i, line in enumerate(_touch_lines(n, k))], transforms.BRONZE_SCHEMA)
     started = time.monotonic()
     stream.IngestBatch(pipeline, tables)(batch, 0)

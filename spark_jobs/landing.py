@@ -35,9 +35,18 @@ Rows (`LandingSource.SCHEMA`)::
     position bigint  not null  byte offset of the line's first byte in the file (the first line
                                is at 0 even when a UTF-8 BOM precedes its text)
     value    string            the line: no '\\n', no trailing '\\r', no BOM; bytes that are not
-                               valid UTF-8 are decoded with U+FFFD replacement characters
+                               valid UTF-8 are decoded with U+FFFD replacement characters; of a
+                               line longer than ``maxLineBytes``, its first ``maxLineBytes`` bytes
+                               (cut back to a character's start)
     raw      binary            the line's bytes (same slice as value) only when they are not
                                valid UTF-8, else null
+    line_bytes bigint          the whole line's length in bytes (without its '\\n') only when
+                               value holds its first bytes only, else null
+
+A task holds its byte range and at most ``maxLineBytes`` of one line, whatever a file holds: a
+file without line breaks (a binary, a dump dropped by mistake) is one line, cut, and the rest of
+it read only to find where it ends. ``maxLineBytes`` (`transforms.MAX_LINE_BYTES` by default) is
+more than the longest line the contract accepts, so a cut line is one the parse refuses.
 
 ``(source, position)`` is unique and stable: the same content at the same path always yields the
 same identities (the digest is of the content), so a replayed batch can be deduplicated by it.
@@ -239,12 +248,18 @@ def read_stream(spark: SparkSession, options: Mapping[str, str],
                 stopping: threading.Event | None = None) -> DataFrame:
     """The landing folder `options["path"]` as a stream of lines (the rows above), planned by a
     `LandingPlanner` over `options` (`path`, `manifest`, and optionally `maxBytesPerTrigger`,
-    `maxBytesPerPartition`, `minBytesPerPartition`, `maxFilesPerTrigger`) that plans nothing more
-    once `stopping` is set."""
+    `maxBytesPerPartition`, `minBytesPerPartition`, `maxFilesPerTrigger`, `maxLineBytes`) that
+    plans nothing more once `stopping` is set."""
     from pyspark.java_gateway import ensure_callback_server_started
 
+    from spark_jobs.transforms import MAX_LINE_BYTES
+
+    max_line_bytes = _size_option(options, "maxLineBytes", MAX_LINE_BYTES)
+    if not 0 < max_line_bytes <= 1 << 30:   # a JVM byte array holds what is kept of a line
+        raise ValueError(f"the landing source's maxLineBytes must be from 1 to 1g, not {max_line_bytes}")
     planner = LandingPlanner(options, stopping)
     gateway = spark.sparkContext._gateway  # type: ignore[attr-defined]
     ensure_callback_server_started(gateway)
     planner_id = gateway.jvm.weir.LandingSource.register(planner)
-    return spark.readStream.format(JVM_SOURCE).option("planner", planner_id).load()
+    return (spark.readStream.format(JVM_SOURCE).option("planner", planner_id)
+            .option("maxLineBytes", str(max_line_bytes)).load())

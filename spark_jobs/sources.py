@@ -59,7 +59,8 @@ def _files(spark: SparkSession, pipeline: Pipeline, home: WeirHome, source: File
     if source.max_files_per_trigger:
         options["maxFilesPerTrigger"] = str(source.max_files_per_trigger)
     return bronze_columns(landing.read_stream(spark, options, stopping), value=F.col("value"),
-                          source=F.col("source"), position=F.col("position"), raw_bytes=F.col("raw"))
+                          source=F.col("source"), position=F.col("position"), raw_bytes=F.col("raw"),
+                          line_bytes=F.col("line_bytes"))
 
 
 def _kafka(spark: SparkSession, pipeline: Pipeline, home: WeirHome, source: KafkaSource) -> DataFrame:

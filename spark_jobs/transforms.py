@@ -31,6 +31,10 @@ if TYPE_CHECKING:
     from spark_jobs.catalog import Field, Pipeline
 
 MAX_RECORD_CHARS = 1_000_000
+# What the landing reader keeps of one line, in bytes (`spark_jobs.landing`): more than the longest
+# line the contract accepts (MAX_RECORD_CHARS characters of up to 4 bytes each), so a line it cuts
+# is one the parse refuses anyway, and no input holds a driver's memory beyond it.
+MAX_LINE_BYTES = 4 * MAX_RECORD_CHARS + 4
 REASON = "_reject_reason"
 LINEAGE = ("_source", "_position", "_ingest_time")
 # Silver's last column: the key's 64-bit hash, a column Delta generates (and checks on every
@@ -39,9 +43,10 @@ LINEAGE = ("_source", "_position", "_ingest_time")
 KEY_HASH = "_key_hash"
 GENERATION_EXPRESSION = "delta.generationExpression"
 # The bronze columns a parse carries unchanged so that bronze is written from the parsed batch
-# (one pass over the source): where a Kafka record came from, and the ingest date.
+# (one pass over the source): where a Kafka record came from, the ingest date, and a cut line's
+# length.
 CARRIED = "_carried"
-CARRIED_COLUMNS = ("topic", "partition", "offset", "kafka_timestamp", "ingest_date")
+CARRIED_COLUMNS = ("topic", "partition", "offset", "kafka_timestamp", "ingest_date", "line_bytes")
 
 BRONZE_SCHEMA = StructType([
     StructField("value", StringType()),
@@ -56,6 +61,10 @@ BRONZE_SCHEMA = StructType([
     # The line's bytes, only when they are not valid UTF-8 (`value` then holds them decoded with
     # U+FFFD replacements): the line is quarantined, and what arrived stays inspectable.
     StructField("raw_bytes", BinaryType()),
+    # The whole line's length in bytes when the landing reader kept only its first MAX_LINE_BYTES
+    # (`value` holds those, cut at a character's start): the line is quarantined as too large.
+    # Null for every line kept whole.
+    StructField("line_bytes", LongType()),
 ])
 BRONZE_KEY = ("source", "position")
 # A parsed line's own text and bytes: bronze and quarantine keep them, silver does not.
@@ -127,8 +136,13 @@ def _parse_stages(fields: tuple[Field, ...], event_time: str, max_ahead: str,
     def part(name: str) -> Column:
         return F.col("_contract").getField(name)
 
+    cut = F.col(CARRIED).getField("line_bytes")
     line = (
-        F.when(value.isNull() | (F.trim(value) == ""), F.lit("empty line"))
+        F.when(cut.isNotNull(),
+               F.concat(F.lit(f"record larger than {MAX_RECORD_CHARS} characters: a line of "),
+                        cut.cast("string"), F.lit(" bytes, kept as its first "),
+                        F.octet_length(value).cast("string"), F.lit(" in bronze and quarantine")))
+        .when(value.isNull() | (F.trim(value) == ""), F.lit("empty line"))
         # A line has at most as many characters as bytes, and counting characters reads every
         # byte: they are counted only of a line with more bytes than the bound.
         .when((F.octet_length(value) > MAX_RECORD_CHARS) & (F.length(value) > MAX_RECORD_CHARS),

@@ -15,7 +15,7 @@ from spark_jobs.layers import PipelineTables
 
 def bronze_batch(spark: SparkSession, files: list[Path], ingest: dt.datetime) -> DataFrame:
     """The bronze-shaped micro-batch the file source would make of `files`."""
-    rows = [(line, f"file://{path}", i + 1, None, None, None, None, ingest, ingest.date(), None)
+    rows = [(line, f"file://{path}", i + 1, None, None, None, None, ingest, ingest.date(), None, None)
             for path in files for i, line in enumerate(path.read_text().splitlines())]
     return spark.createDataFrame(rows, transforms.BRONZE_SCHEMA)
 

@@ -47,8 +47,8 @@ def bronze_of_days(spark: SparkSession) -> tuple[DataFrame, set[str]]:
             late_day_ids |= {f"late-{i}" for i in range(3)}
         if day == LATE_DAY:
             late_day_ids |= {f"e{d}-{i}" for i in range(PER_DAY)}
-        rows += [(line, f"file:///landing/day{d}.jsonl", i + 1, None, None, None, None, ingest, day, None)
-                 for i, line in enumerate(lines)]
+        rows += [(line, f"file:///landing/day{d}.jsonl", i + 1, None, None, None, None, ingest, day, None,
+                  None) for i, line in enumerate(lines)]
     bronze = spark.createDataFrame(rows, transforms.BRONZE_SCHEMA)
     return transforms.bronze_rows(transforms.parse(bronze, playback()), playback()), late_day_ids
 
@@ -106,7 +106,8 @@ def test_event_date_hint_is_the_event_date_silver_gets(spark):
              event("d", dt.date(2026, 11, 19)).replace("2026-11-19T12:00:00Z", "19/11/2026"),
              '{"event_id": "broken", ', "[1, 2]", ""]
     bronze = transforms.bronze_rows(transforms.parse(spark.createDataFrame(
-        [(line, "f", i, None, None, None, None, ingest, ingest.date(), None) for i, line in enumerate(lines)],
+        [(line, "f", i, None, None, None, None, ingest, ingest.date(), None, None)
+         for i, line in enumerate(lines)],
         transforms.BRONZE_SCHEMA), pipeline), pipeline)
     parsed = transforms.parse(bronze, pipeline).withColumn("event_date", transforms.event_date(pipeline))
     got = {r._position: (r.event_date, r.hint) for r in parsed.join(
@@ -134,7 +135,7 @@ def test_a_batch_dedupe_reads_only_the_bronze_files_its_lines_could_already_be_i
 
     def batch(source: str, first: int, lines: int) -> DataFrame:
         rows = [(event(f"{source}-{first + i}", FIRST), source, first + i, None, None, None, None,
-                 ingest, ingest.date(), None) for i in range(lines)]
+                 ingest, ingest.date(), None, None) for i in range(lines)]
         return transforms.parse(spark.createDataFrame(rows, transforms.BRONZE_SCHEMA), pipeline)
 
     batches = [batch(f"{landing}/2026-11-20T01-{n:02d}.jsonl#a1b2c3d4e5f6", 0, 5) for n in range(4)]
@@ -234,7 +235,7 @@ def test_a_backfill_looks_at_silvers_history_by_key_hash_without_shuffling_it(sp
         str(tables.silver))
     resent = event("e7-5", LATE_DAY)          # e7-5 stands under day 7 already
     day = [(event(f"e4-{i}", LATE_DAY), "f", i, None, None, None, None,
-            dt.datetime.combine(LATE_DAY, dt.time(23, 0), tzinfo=dt.UTC), LATE_DAY, None)
+            dt.datetime.combine(LATE_DAY, dt.time(23, 0), tzinfo=dt.UTC), LATE_DAY, None, None)
            for i in range(3)]
     day.append((resent, "g", 0, *day[0][3:]))
     derived = transforms.silver(transforms.parse(spark.createDataFrame(day, transforms.BRONZE_SCHEMA),

@@ -101,6 +101,83 @@ def test_a_batch_is_cut_over_the_cores_inside_its_files_and_reads_each_line_once
     assert len(lines) == len(set(lines)) and set(lines) == landing_keys(written.files)
 
 
+def expected_lines(path, keep: int) -> dict[tuple[str, int], tuple[str, int | None]]:
+    """(file name, position) → (value, line_bytes) as the reader must yield each line of `path`,
+    keeping at most `keep` bytes of a line, computed here from the bytes."""
+    data, lines, start = path.read_bytes(), {}, 0
+    while start < len(data):
+        end = data.find(b"\n", start)
+        end = len(data) if end < 0 else end
+        line = data[start:end]
+        kept = line if len(line) <= keep else line[:keep].decode("utf-8", "ignore").encode()
+        lines[(path.name, start)] = (kept.decode(), None if kept is line else len(line))
+        start = end + 1
+    return lines
+
+
+def test_a_line_longer_than_the_reader_keeps_is_cut_alike_wherever_the_tasks_begin(spark, tmp_path):
+    """A task holds at most `maxLineBytes` of a line: a longer one is cut at a character's start,
+    its whole length given, and the lines after it read as ever. Ranges of 1 KB (five tasks inside
+    one line) and one range per file yield the very same rows."""
+    keep = 1000
+    landing_dir = tmp_path / "landing"
+    landing_dir.mkdir()
+    files = [landing_dir / "long.jsonl", landing_dir / "unterminated.jsonl"]
+    files[0].write_bytes(b"\n".join([
+        b"first", b"a" * 5000, b"b" * keep, b"c" * (keep + 1),
+        ("x" + "\u00e9" * 700).encode(),      # byte 999 starts a two-byte character: 999 kept
+        b"d" * keep + b"\r", b"last"]) + b"\n")
+    files[1].write_bytes(b"tail\n" + b"z" * 3000)
+    expected = {k: v for f in files for k, v in expected_lines(f, keep).items()}
+
+    def read(name: str, **options: str) -> dict:
+        rows = []
+        query = (landing.read_stream(spark, {"path": str(landing_dir), "manifest": str(tmp_path / name),
+                                             "maxLineBytes": str(keep), **options})
+                 .writeStream.foreachBatch(lambda batch, _: rows.extend(batch.collect()))
+                 .trigger(availableNow=True).option("checkpointLocation", str(tmp_path / f"{name}-cp"))
+                 .start())
+        query.awaitTermination()
+        return {(r.source.split("#")[0].rsplit("/", 1)[1], r.position): (r.value, r.line_bytes)
+                for r in rows}
+
+    small_tasks = read("small", maxBytesPerPartition="1k", minBytesPerPartition="1k")
+    whole_files = read("whole")
+    assert small_tasks == whole_files == expected
+    assert expected[("long.jsonl", 6)] == ("a" * keep, 5000)
+    assert len(expected[("long.jsonl", 5 + 1 + 5000 + 1 + keep + 1 + keep + 2)][0].encode()) == 999
+    assert expected[("unterminated.jsonl", 5)] == ("z" * keep, 3000)
+
+
+def test_a_line_longer_than_the_reader_keeps_is_quarantined_with_its_length(spark, home):
+    """A line past `transforms.MAX_LINE_BYTES` (a file without line breaks): bronze keeps its
+    first bytes and its length, quarantine says why, the lines around it are ingested."""
+    pipeline = playback(files_per_trigger=None)
+    written = generate(home.landing("playback"), files=1, sessions_per_file=3, seed=27)
+    size = transforms.MAX_LINE_BYTES + 1_000_000
+    big = ('{"event_id":"big","junk":"' + "a" * (size - 28) + '"}').encode()
+    assert len(big) == size
+    path = home.landing("playback") / "big.jsonl"
+    path.write_bytes(event("before-big").encode() + b"\n" + big + b"\n" + event("after-big").encode() + b"\n")
+    stream.run(pipeline, once=True, home=home, spark=spark)
+
+    tables = PipelineTables.of(home, pipeline)
+    position = len(event("before-big")) + 1
+    assert_exactly_once(table(spark, tables.bronze), ("source", "position"),
+                        landing_keys([*written.files, path]), "bronze")
+    [cut] = (table(spark, tables.bronze).where(F.col("position") == position)
+             .where(F.col("source").contains("big.jsonl"))
+             .select(F.octet_length("value").alias("kept"), "line_bytes").collect())
+    assert (cut.kept, cut.line_bytes) == (transforms.MAX_LINE_BYTES, size)
+    reasons = {r.position: r.reason for r in table(spark, tables.quarantine)
+               .where(F.col("source").contains("big.jsonl")).collect()}
+    assert reasons == {position: f"record larger than {transforms.MAX_RECORD_CHARS} characters: a line "
+                                 f"of {size} bytes, kept as its first {transforms.MAX_LINE_BYTES} in "
+                                 "bronze and quarantine"}
+    assert_exactly_once(table(spark, tables.silver), ("event_id",),
+                        written.event_ids | {"before-big", "after-big"}, "silver")
+
+
 def test_hostile_files_are_accounted_for_line_by_line(spark, home):
     """Old modification times, a re-dropped name with new content, a byte-order mark, CRLF,
     invalid UTF-8, two objects or junk on a line, an event from the future: after two rounds,

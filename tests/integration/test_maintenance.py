@@ -79,7 +79,8 @@ def stream_batches(spark, path: Path) -> int:
                 day = DAY - dt.timedelta(days=1) if late else ingest.date()
                 payload = "".join(rng.choices("0123456789abcdef", k=300))
                 rows.append((line(f"e{d}-{b}-{i}", day, payload), rng.choice(SOURCES),
-                             1000 * d + 100 * b + i, None, None, None, None, ingest, ingest.date(), None))
+                             1000 * d + 100 * b + i, None, None, None, None, ingest, ingest.date(),
+                             None, None))
             parsed = transforms.parse(spark.createDataFrame(rows, transforms.BRONZE_SCHEMA), pipeline)
             insert_absent(transforms.bronze_rows(parsed, pipeline).coalesce(1), path, transforms.BRONZE_KEY)
             total += len(rows)
@@ -113,7 +114,7 @@ def test_compaction_sorts_a_tables_small_files_by_what_its_reads_skip_files_by(s
     payloads = ["".join(rng.choices("0123456789abcdef", k=300)) for _ in range(4 * LINES)]
     large = transforms.bronze_rows(transforms.parse(spark.createDataFrame(
         [(line(f"big-{i}", DAY, payload), SOURCES[0], 5000 + i, None, None, None, None,
-          dt.datetime(2026, 11, 21, 10, tzinfo=dt.UTC), DAY + dt.timedelta(days=1), None)
+          dt.datetime(2026, 11, 21, 10, tzinfo=dt.UTC), DAY + dt.timedelta(days=1), None, None)
          for i, payload in enumerate(payloads)], transforms.BRONZE_SCHEMA), pipeline), pipeline)
     insert_absent(large.coalesce(1), tables.bronze, transforms.BRONZE_KEY)
     kept = {f["path"] for f in live_files(tables.bronze) if f["num_records"] == 4 * LINES}

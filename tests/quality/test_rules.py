@@ -19,7 +19,7 @@ NOW = dt.datetime(2026, 11, 19, 20, 0, tzinfo=dt.UTC)
 
 
 def bronze(spark: SparkSession, events: list[dict[str, object]]) -> DataFrame:
-    rows = [(json.dumps(e), "f.jsonl", i, None, None, None, None, NOW, NOW.date(), None)
+    rows = [(json.dumps(e), "f.jsonl", i, None, None, None, None, NOW, NOW.date(), None, None)
             for i, e in enumerate(events)]
     return spark.createDataFrame(rows, transforms.BRONZE_SCHEMA)
 

@@ -250,7 +250,7 @@ BOUNDED = dataclasses.replace(
 def test_the_one_pass_parse_gives_every_line_the_verdict_of_spark_expressions(spark, pipeline):
     texts = lines(pipeline.fields, 3000, seed=len(pipeline.name))
     bronze = spark.createDataFrame(
-        [(t, "f", i, None, None, None, None, T0, T0.date(), None, _strict_json_line_reason(t))
+        [(t, "f", i, None, None, None, None, T0, T0.date(), None, None, _strict_json_line_reason(t))
          for i, t in enumerate(texts)],
         StructType([*transforms.BRONZE_SCHEMA.fields, StructField(LINE_CHECK, StringType())]))
     new = _rows(transforms.parse(bronze, pipeline))

@@ -20,7 +20,7 @@ GOOD = {"event_id": "e1", "session_id": "s1", "user_id": "u1", "content_id": "c0
 
 
 def bronze(spark, *lines, source="f1", ingest=T0, raw_bytes=None):
-    rows = [(line, source, i + 1, None, None, None, None, ingest, ingest.date(), raw_bytes)
+    rows = [(line, source, i + 1, None, None, None, None, ingest, ingest.date(), raw_bytes, None)
             for i, line in enumerate(lines)]
     return spark.createDataFrame(rows, transforms.BRONZE_SCHEMA)
 

@@ -58,10 +58,17 @@ import scala.Option;
  * <p>Lines follow Hadoop's {@code LineRecordReader} convention, so a line's identity does not
  * depend on where batch or task boundaries fall: the range {@code [a, b)} owns exactly the lines
  * whose first byte lies in {@code [a, b)}; it skips the partial line it starts in and reads past
- * {@code b} to finish its last line. Each row is {@code (source, position, value, raw)}: the
- * file's URI and digest, the byte offset of the line's first byte, the line without its
+ * {@code b} to finish its last line. Each row is {@code (source, position, value, raw, line_bytes)}:
+ * the file's URI and digest, the byte offset of the line's first byte, the line without its
  * {@code \n}, a trailing {@code \r} or a UTF-8 byte-order mark, decoded with U+FFFD in place of
- * bytes that are not UTF-8, and its bytes only when they are not.
+ * bytes that are not UTF-8, its bytes only when they are not, and its length only when it is
+ * longer than the {@code maxLineBytes} option.
+ *
+ * <p>A task's memory is bounded by its range and {@code maxLineBytes}, whatever a file holds: of
+ * a longer line (a file without line breaks, a binary dropped by mistake) the reader keeps the
+ * first {@code maxLineBytes} bytes, cut back to a UTF-8 character's start, and reads the rest
+ * only to find where the line ends; {@code line_bytes} then gives the whole line's length. What
+ * it keeps depends on the line alone, never on where a task's range ends.
  */
 public final class LandingSource implements TableProvider {
   public static final String PLANNER_OPTION = "planner";
@@ -69,7 +76,10 @@ public final class LandingSource implements TableProvider {
       DataTypes.createStructField("source", DataTypes.StringType, false),
       DataTypes.createStructField("position", DataTypes.LongType, false),
       DataTypes.createStructField("value", DataTypes.StringType, true),
-      DataTypes.createStructField("raw", DataTypes.BinaryType, true)});
+      DataTypes.createStructField("raw", DataTypes.BinaryType, true),
+      DataTypes.createStructField("line_bytes", DataTypes.LongType, true)});
+  /** The read option bounding what the reader keeps of one line, in bytes (required). */
+  public static final String MAX_LINE_BYTES_OPTION = "maxLineBytes";
   private static final Map<String, LandingPlanner> PLANNERS = new ConcurrentHashMap<>();
 
   /** Register the planner of one streaming DataFrame; its id is the {@code planner} option. */
@@ -120,6 +130,16 @@ public final class LandingSource implements TableProvider {
 
     @Override
     public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
+      String bound = options.get(MAX_LINE_BYTES_OPTION);
+      if (bound == null) {
+        throw new IllegalArgumentException("weir landing source: option " + MAX_LINE_BYTES_OPTION
+            + " is required (read it through spark_jobs.landing.read_stream)");
+      }
+      int maxLineBytes = Integer.parseInt(bound.trim());
+      if (maxLineBytes < 1) {
+        throw new IllegalArgumentException("weir landing source: " + MAX_LINE_BYTES_OPTION
+            + " must be positive, not " + maxLineBytes);
+      }
       return () -> new Scan() {
         @Override
         public StructType readSchema() {
@@ -128,7 +148,7 @@ public final class LandingSource implements TableProvider {
 
         @Override
         public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
-          return new LandingStream(planner);
+          return new LandingStream(planner, maxLineBytes);
         }
       };
     }
@@ -151,9 +171,11 @@ public final class LandingSource implements TableProvider {
       implements MicroBatchStream, SupportsAdmissionControl, SupportsTriggerAvailableNow {
     private static final ObjectMapper JSON = new ObjectMapper();
     private final LandingPlanner planner;
+    private final int maxLineBytes;
 
-    LandingStream(LandingPlanner planner) {
+    LandingStream(LandingPlanner planner, int maxLineBytes) {
       this.planner = planner;
+      this.maxLineBytes = maxLineBytes;
     }
 
     @Override
@@ -237,7 +259,7 @@ public final class LandingSource implements TableProvider {
 
     @Override
     public PartitionReaderFactory createReaderFactory() {
-      return new ReaderFactory();
+      return new ReaderFactory(maxLineBytes);
     }
 
     @Override
@@ -259,9 +281,15 @@ public final class LandingSource implements TableProvider {
   record LandingPartition(FileRange[] ranges) implements InputPartition {}
 
   private static final class ReaderFactory implements PartitionReaderFactory {
+    private final int maxLineBytes;
+
+    ReaderFactory(int maxLineBytes) {
+      this.maxLineBytes = maxLineBytes;
+    }
+
     @Override
     public PartitionReader<InternalRow> createReader(InputPartition partition) {
-      return new LinesReader(((LandingPartition) partition).ranges());
+      return new LinesReader(((LandingPartition) partition).ranges(), maxLineBytes);
     }
   }
 
@@ -269,7 +297,9 @@ public final class LandingSource implements TableProvider {
   static final class LinesReader implements PartitionReader<InternalRow> {
     private static final int FIRST_STEP = 1 << 16;
     private static final int MAX_STEP = 16 << 20;
+    private static final int TOO_LONG = -2;   // `newline`: the line is longer than maxLineBytes
     private final FileRange[] ranges;
+    private final int maxLineBytes;
     private int next = 0;
     private FileRange range;
     private UTF8String source;
@@ -278,10 +308,11 @@ public final class LandingSource implements TableProvider {
     private int len;            // bytes of buf read, from file offset `base`
     private long base;
     private int line = -1;      // start of the next line in buf; -1: no range open
-    private final GenericInternalRow row = new GenericInternalRow(4);
+    private final GenericInternalRow row = new GenericInternalRow(5);
 
-    LinesReader(FileRange[] ranges) {
+    LinesReader(FileRange[] ranges, int maxLineBytes) {
       this.ranges = ranges;
+      this.maxLineBytes = maxLineBytes;
     }
 
     @Override
@@ -348,14 +379,16 @@ public final class LandingSource implements TableProvider {
     /** The line starting at {@code line} as the current row; {@code line} moves to the next. */
     private void emitLine() throws IOException {
       int start = line;
+      long position = base + start;
       int nl = newline(start, true);
-      int end = nl < 0 ? len : nl;
+      boolean cut = nl == TOO_LONG;
+      int end = cut ? characterStart(buf, start, start + maxLineBytes) : nl < 0 ? len : nl;
       int content = start;
-      if (base + start == 0 && end - start >= 3 && buf[0] == (byte) 0xEF && buf[1] == (byte) 0xBB
+      if (position == 0 && end - start >= 3 && buf[0] == (byte) 0xEF && buf[1] == (byte) 0xBB
           && buf[2] == (byte) 0xBF) {
         content = 3;            // a UTF-8 byte-order mark; the line's position stays 0
       }
-      int contentEnd = end > content && buf[end - 1] == '\r' ? end - 1 : end;
+      int contentEnd = !cut && end > content && buf[end - 1] == '\r' ? end - 1 : end;
       UTF8String value = UTF8String.fromBytes(buf, content, contentEnd - content);
       byte[] raw = null;
       if (!ascii(buf, content, contentEnd) && !value.isValid()) {
@@ -363,10 +396,61 @@ public final class LandingSource implements TableProvider {
         value = value.makeValid();
       }
       row.update(0, source);
-      row.setLong(1, base + start);
+      row.setLong(1, position);
       row.update(2, value);
       row.update(3, raw);
-      line = nl < 0 ? len : nl + 1;
+      if (cut) {
+        long lineEnd = lineEnd(position + maxLineBytes + 1);
+        row.setLong(4, lineEnd - position);
+        continueAt(lineEnd + 1);
+      } else {
+        row.setNullAt(4);
+        line = nl < 0 ? len : nl + 1;
+      }
+    }
+
+    /** Where in {@code b} the character holding byte {@code end - 1} starts when it does not end
+     * at {@code end} (a multi-byte UTF-8 character cut there), else {@code end}: a line cut at
+     * {@code end} keeps whole characters only. Bytes that are not UTF-8 are left as they are. */
+    private static int characterStart(byte[] b, int from, int end) {
+      int lead = end - 1;
+      while (lead > from && lead > end - 4 && (b[lead] & 0xC0) == 0x80) {
+        lead--;                 // a continuation byte: back to its character's first byte
+      }
+      int width = (b[lead] & 0xE0) == 0xC0 ? 2 : (b[lead] & 0xF0) == 0xE0 ? 3
+          : (b[lead] & 0xF8) == 0xF0 ? 4 : 1;
+      return lead + width > end ? lead : end;
+    }
+
+    /** The file offset of the {@code \n} ending the line that runs on at {@code from}, or the
+     * file's size: the rest of a line longer than what is kept, read in steps and not kept. */
+    private long lineEnd(long from) throws IOException {
+      ByteBuffer step = ByteBuffer.allocate(FIRST_STEP);
+      long at = from;
+      while (at < range.size()) {
+        step.clear();
+        int n = channel.read(step, at);
+        if (n < 0) {
+          break;
+        }
+        for (int i = 0; i < n; i++) {
+          if (step.get(i) == '\n') {
+            return at + i;
+          }
+        }
+        at += n;
+      }
+      return range.size();
+    }
+
+    /** The next line starts at file offset {@code next}: past the range's end the range is done,
+     * else the rest of the range is read from there. */
+    private void continueAt(long next) throws IOException {
+      base = next;
+      len = 0;
+      line = 0;
+      buf = new byte[(int) Math.max(0, Math.min(range.end() - next, Integer.MAX_VALUE))];
+      fill(buf.length);         // rows already emitted keep the old array
     }
 
     /** Whether {@code b[from, to)} is ASCII only, and so valid UTF-8: one test per byte, where
@@ -379,21 +463,30 @@ public final class LandingSource implements TableProvider {
       return any >= 0;
     }
 
-    /** The index of the first {@code \n} at or after {@code from}; with {@code readOn}, reading
-     * past the range's end (to finish its last line) until one is found or the file ends. -1 when
-     * there is none. */
+    /** The index of the first {@code \n} at or after {@code from}; with {@code readOn}, the end
+     * of the line starting at {@code from}, reading past the range's end (to finish its last line)
+     * until one is found, the file ends (-1) or the line is longer than {@code maxLineBytes}
+     * ({@link #TOO_LONG}: buf then holds its first {@code maxLineBytes} bytes and no more of it).
+     * Without {@code readOn}, -1 when buf holds none. */
     private int newline(int from, boolean readOn) throws IOException {
       int i = from;
+      long keep = (long) from + maxLineBytes;   // the line's bytes kept end here
       while (true) {
-        for (; i < len; i++) {
+        int stop = readOn ? (int) Math.min(len, keep + 1) : len;
+        for (; i < stop; i++) {
           if (buf[i] == '\n') {
             return i;
           }
         }
+        if (readOn && i > keep) {
+          return TOO_LONG;      // maxLineBytes bytes and the one after them, none of them a \n
+        }
         if (!readOn || base + len >= range.size()) {
           return -1;
         }
-        int step = (int) Math.min(Math.min(Math.max(len, FIRST_STEP), MAX_STEP), range.size() - base - len);
+        // read on, but never further than the byte after the most a line keeps
+        int step = (int) Math.min(Math.min(Math.min(Math.max(len, FIRST_STEP), MAX_STEP),
+            range.size() - base - len), keep + 1 - len);
         if (len + step > buf.length) {
           buf = Arrays.copyOf(buf, len + step);   // rows already emitted keep the old array
         }
