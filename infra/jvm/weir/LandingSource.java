@@ -449,8 +449,12 @@ public final class LandingSource implements TableProvider {
       base = next;
       len = 0;
       line = 0;
-      buf = new byte[(int) Math.max(0, Math.min(range.end() - next, Integer.MAX_VALUE))];
-      fill(buf.length);         // rows already emitted keep the old array
+      int want = (int) Math.max(0, range.end() - next);   // at most the range's size
+      buf = new byte[want];     // rows already emitted keep the old array
+      fill(want);
+      if (len != want) {
+        throw new IOException(range.path() + " is shorter than its manifest entry (" + range.size() + ")");
+      }
     }
 
     /** Whether {@code b[from, to)} is ASCII only, and so valid UTF-8: one test per byte, where
