@@ -763,18 +763,13 @@ def silver_growth_once(spark: SparkSession, spec: Spec, data: Dataset, name: str
                               source=F.concat(F.col("_metadata.file_path"), F.lit(f"#growth{run}")),
                               position=F.monotonically_increasing_id())
 
-    def gc_seconds() -> float:
-        """The driver JVM's time in garbage collection so far (local mode: the executors' too)."""
-        beans = spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()  # type: ignore[union-attr]
-        return sum(max(0, bean.getCollectionTime()) for bean in beans) / 1000
-
     def timed_batch(ingest: IngestBatch, kind: str) -> Result:
         batch = new_lines(batches[kind]).persist()
         lines = batch.count()
         with steps.recorded() as record:
-            gc_before, started = gc_seconds(), time.monotonic()
+            gc_before, started = gc_seconds(spark), time.monotonic()
             ingest(batch, next(runs))
-            seconds, gc = time.monotonic() - started, gc_seconds() - gc_before
+            seconds, gc = time.monotonic() - started, gc_seconds(spark) - gc_before
         batch.unpersist()
         assert record, "IngestBatch logged no line for its batch: its step times are read from it"
         return {"lines": lines, "seconds": round(seconds, 3), "gc_s": round(gc, 3), **record}
@@ -819,6 +814,12 @@ def silver_growth_once(spark: SparkSession, spec: Spec, data: Dataset, name: str
             "driver_heap_mb": round(heap_mb)}
 
 
+def gc_seconds(spark: SparkSession) -> float:
+    """The driver JVM's time in garbage collection so far (local mode: the executors' too)."""
+    beans = spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()  # type: ignore[union-attr]
+    return sum(max(0, bean.getCollectionTime()) for bean in beans) / 1000
+
+
 def timed_rebuild(spark: SparkSession, pipeline: Pipeline, home: WeirHome, tables: PipelineTables) -> Result:
     """Gold and the session table rebuilt from the whole of silver, as a driver does before their
     queries start on fresh checkpoints (`backfill.rebuild_from_silver`: a reset, a rewind, a
@@ -831,16 +832,12 @@ def timed_rebuild(spark: SparkSession, pipeline: Pipeline, home: WeirHome, table
     factory = spark._jvm.java.lang.management.ManagementFactory  # type: ignore[union-attr]
     old_generation = [pool for pool in factory.getMemoryPoolMXBeans()
                       if pool.getType().name() == "HEAP" and "Old" in pool.getName()]
-
-    def gc_seconds() -> float:
-        return sum(max(0, bean.getCollectionTime()) for bean in factory.getGarbageCollectorMXBeans()) / 1000
-
     rows = spark.read.format("delta").load(str(tables.silver)).count()
     for pool in old_generation:
         pool.resetPeakUsage()
-    gc_before, started = gc_seconds(), time.monotonic()
+    gc_before, started = gc_seconds(spark), time.monotonic()
     rebuilt = rebuild_from_silver(spark, pipeline, home, tables)
-    seconds, gc = time.monotonic() - started, gc_seconds() - gc_before
+    seconds, gc = time.monotonic() - started, gc_seconds(spark) - gc_before
     assert sorted(rebuilt) == ["gold", "sessions"], f"rebuilt {sorted(rebuilt)}, not gold and the sessions"
     return {"silver_rows": rows, "seconds": round(seconds, 3), "gc_s": round(gc, 3),
             "old_generation_peak_mb": round(sum(pool.getPeakUsage().getUsed()
