@@ -269,12 +269,13 @@ def between_scan_and_join(plan) -> list[list[str]]:
 
 
 def test_a_bronze_created_before_the_hint_gets_the_column_at_the_next_start(spark, home):
-    """A bronze written by an older Weir lacks `event_date_hint`: `ensure_tables` (every driver
-    start) adds it, and the old rows read it as null, so a back-fill reads them whatever its dates."""
+    """A bronze written by an older Weir lacks `event_date_hint` and `line_bytes`: `ensure_tables`
+    (every driver start) adds them, and the old rows read them as null, so a back-fill reads them
+    whatever its dates, and parses them as lines kept whole."""
     pipeline = playback()
     path = PipelineTables.of(home, pipeline).bronze
-    old_schema = StructType([f for f in transforms.BRONZE_TABLE_SCHEMA.fields
-                             if f.name != transforms.EVENT_DATE_HINT])
+    added = (transforms.EVENT_DATE_HINT, "line_bytes")
+    old_schema = StructType([f for f in transforms.BRONZE_TABLE_SCHEMA.fields if f.name not in added])
     row = {f.name: None for f in old_schema.fields} | {
         "source": "old.jsonl", "position": 0, "value": event("old-1", FIRST),
         "ingest_time": dt.datetime(2026, 11, 1, 23, 0, tzinfo=dt.UTC), "ingest_date": FIRST}
@@ -282,9 +283,9 @@ def test_a_bronze_created_before_the_hint_gets_the_column_at_the_next_start(spar
 
     ensure_tables(spark, home, pipeline)
     bronze = table(spark, path)
-    assert transforms.EVENT_DATE_HINT in bronze.columns
-    assert [r[transforms.EVENT_DATE_HINT] for r in bronze.collect()] == [None]
-    assert bronze_lines(spark, path, latest_version(path), LATE_DAY, LATE_DAY).count() == 1
+    assert [(r[transforms.EVENT_DATE_HINT], r["line_bytes"]) for r in bronze.collect()] == [(None, None)]
+    lines = bronze_lines(spark, path, latest_version(path), LATE_DAY, LATE_DAY)
+    assert [r[transforms.REASON] for r in transforms.parse(lines, pipeline).collect()] == [None]
 
 
 def test_the_sessions_horizon_reads_only_the_newest_dates_event_times(spark, home):
