@@ -45,21 +45,44 @@ class Size:
     sessions_per_file: int
 
 
-def make(root: Path, name: str, size: Size, *, seed: int, one_file: bool = False) -> Dataset:
+def make(root: Path, name: str, size: Size, *, seed: int, one_file: bool = False,
+         line_bytes: int = 0) -> Dataset:
     """Generate dataset `name` under `root` (replacing an old one of that name). With `one_file`,
     the generated files are joined, in order, into a single landing file (the same lines, re-sent
-    duplicates included): what a day's export dropped as one file looks like."""
+    duplicates included): what a day's export dropped as one file looks like. With `line_bytes`,
+    a further file holds one line of that many bytes and no line break (`one_line`)."""
     path = (root / name).absolute()
     shutil.rmtree(path, ignore_errors=True)
     written = generate(path, files=size.files, sessions_per_file=size.sessions_per_file, seed=seed,
                        start=START, prefix=f"b{name}")
     files = [join(written.files, path / f"b{name}.jsonl")] if one_file else written.files
-    dataset = Dataset(name=name, path=str(path), files=len(files), lines=written.lines,
+    lines = written.lines
+    if line_bytes:
+        files = [*files, one_line(path / f"b{name}-line.jsonl", line_bytes)]
+        lines += 1
+    dataset = Dataset(name=name, path=str(path), files=len(files), lines=lines,
                       valid_events=len(written.event_ids), bytes=sum(f.stat().st_size for f in files))
     (root / f"{name}.json").write_text(json.dumps(asdict(dataset)))
     log.info("dataset %s: %d files, %d lines, %.1f MB", name, dataset.files, dataset.lines,
              dataset.bytes / 1e6)
     return dataset
+
+
+def one_line(target: Path, size: int) -> Path:
+    """A landing file of one line of `size` bytes without a line break, the start of a JSON
+    object whose string never ends: what a binary, or a JSON array dumped on one line, is to a
+    line reader. Written under a hidden name, then renamed into view."""
+    hidden = target.with_name(f".{target.name}.tmp")
+    head = b'{"event_id":"one-line","junk":"'
+    block = b"a" * (16 << 20)
+    with hidden.open("wb") as out:
+        out.write(head)
+        left = size - len(head)
+        while left > 0:
+            out.write(block[:min(left, len(block))])
+            left -= len(block)
+    os.replace(hidden, target)
+    return target
 
 
 def join(parts: list[Path], target: Path) -> Path:

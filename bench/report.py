@@ -202,6 +202,7 @@ def summarise(doc: Document) -> dict[str, Any]:
         goal("DQ validation cost vs the stream's own processing", "< 1x", ratios["dq_vs_stream_cost"],
              lambda v: v < 1.0, _why(doc, "dq")),
         one_file_goal(doc),
+        one_line_goal(doc),
         growth_goal(doc),
         history_goal(doc),
     ]
@@ -340,6 +341,26 @@ def one_file_goal(doc: Document) -> dict[str, Any]:
             "why_not_measured": None if value is not None else _why(doc, "platform_one_file")}
 
 
+ONE_LINE_GB = 1.0
+
+
+def one_line_goal(doc: Document) -> dict[str, Any]:
+    """Bounded memory whatever one line holds: the platform (default driver memory) ingested the
+    day beside a file of one line of at least `ONE_LINE_GB` GB without a break, bronze and silver
+    exactly once, bronze keeping that line's first bytes and its length. The value is the length
+    bronze recorded; an output that is not exactly once misses the goal."""
+    run = _result(doc, "platform_one_line")
+    finished = bool(run) and not run.get("not_measured")
+    lengths = [line["line_bytes"] for line in run.get("cut_lines") or []]
+    exact = all((run.get(layer) or {}).get("exactly_once") for layer in ("bronze", "silver"))
+    value = round(max(lengths) / 1e9, 2) if finished and lengths else None
+    return {"goal": "one line without a break, default driver memory: the day ingested exactly once",
+            "target": f">= {ONE_LINE_GB:g} GB", "value": value,
+            "reached": None if value is None else value >= ONE_LINE_GB and exact,
+            "why_not_measured": None if value is not None else
+            (_why(doc, "platform_one_line") if not finished else "bronze recorded no cut line")}
+
+
 def ladder_rows(doc: Document) -> list[dict[str, Any]]:
     """The floor, the steps measured after it (`--only ladder`) and the platform: each one's rate,
     its micro-batches' seconds, and its rate against the floor's and the step's before it."""
@@ -470,6 +491,13 @@ def markdown_summary(doc: Document) -> str:
                   "| run | table | count | distinct | expected | exactly once |", "|---|---|---|---|---|---|"]
         lines += [f"| {label} | {layer} | {c['count']} | {c['distinct']} | {c['expected']} | "
                   f"{_fmt(c['exactly_once'])} |" for label, layer, c in checks]
+    cut = [(label, line) for label, r in doc["results"].items() if isinstance(r, dict)
+           for line in r.get("cut_lines") or []]
+    if cut:
+        lines += ["", "## Lines bronze keeps the first bytes of (the landing reader's cut, `line_bytes`)", "",
+                  "| run | source | position | bytes kept | the line's bytes |", "|---|---|---|---|---|"]
+        lines += [f"| {label} | {line['source'].rsplit('/', 1)[-1]} | {line['position']} | "
+                  f"{line['kept']:,} | {line['line_bytes']:,} |" for label, line in cut]
     splits = [(label, query, split) for label, r in doc["results"].items() if isinstance(r, dict)
               for query, split in _per_query(label, r.get("time_split_ms") or {}).items() if split]
     if splits:

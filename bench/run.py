@@ -9,6 +9,7 @@ hand-written job, side by side in one invocation on the same files, written to
     python -m bench.run --only ceiling --only bare --only platform
     python -m bench.run --only bare --only platform --pairs 3   # the landing ratios' median of 3 pairs
     python -m bench.run --only one_file # one landing file of ~2.3 GB: the bare job and the platform
+    python -m bench.run --only one_line # a file of one 1 GiB line beside the day: the platform
     python -m bench.run --only floor --only ladder --only platform   # the platform's cost, step by step
     python -m bench.run --only platform --jvm-profile  # where the platform driver's CPU goes (JFR)
 
@@ -52,8 +53,8 @@ RESULTS = REPO_ROOT / "bench" / "results"
 # timed against silver at each of the profile's sizes; `scale` is ceiling, bare and platform on the
 # 4x input.
 DEFAULT = ("ceiling", "bare", "floor", "platform", "steady", "kafka", "growth", "scale")
-EXTRA = ("one_file", "ladder", "ceiling_transforms", "latency", "backfill", "profile", "recovery", "dq",
-         "dag_parse")
+EXTRA = ("one_file", "one_line", "ladder", "ceiling_transforms", "latency", "backfill", "profile", "recovery",
+         "dq", "dag_parse")
 NAMES = DEFAULT + EXTRA
 # Measurements that set themselves up (broker, Airflow, their own data): `python -m bench.worker
 # NAME '{"workdir": ..., "quick": ...}'`, each with its own time limit.
@@ -75,6 +76,7 @@ class Profile:
     base: Size                   # backlog and steady arrival
     scale: Size                  # the scale point: 4x the base, as more files of the same size
     one_file: Size               # generated as files of the base's size, then joined into one
+    one_line: int                # `one_line`: bytes of the one line without a break beside the base
     steady_interval_s: float     # steady arrival: one base file every this many seconds
     ceiling_repeats: int
     silver_rows: tuple[int, ...]  # `growth`: the sizes of silver a micro-batch is timed against
@@ -87,11 +89,12 @@ class Profile:
 # file every 5 s (10k lines/s, above the platform's backlog rate of issue 11, below the bare job's).
 VOLUME = Profile(base=Size(files=20, sessions_per_file=4650), scale=Size(files=80, sessions_per_file=4650),
                  one_file=Size(files=172, sessions_per_file=4650),   # one file of ~2.3 GB, ~8.7M lines
+                 one_line=1 << 30,
                  steady_interval_s=5.0, ceiling_repeats=3, silver_rows=(1_000_000, 4_000_000, 10_000_000),
                  history_days=(1, 10, 30),
                  run_timeout_s=1800, budget_s=3600)
 QUICK = Profile(base=Size(files=2, sessions_per_file=6), scale=Size(files=8, sessions_per_file=6),
-                one_file=Size(files=4, sessions_per_file=6),
+                one_file=Size(files=4, sessions_per_file=6), one_line=8 << 20,
                 steady_interval_s=1.0, ceiling_repeats=1, silver_rows=(1_000, 3_000), history_days=(1, 3),
                 run_timeout_s=300, budget_s=1200)
 
@@ -115,13 +118,15 @@ class Suite:
         return self.profile.budget_s - (time.monotonic() - self.started)
 
     def dataset(self, name: str) -> Dataset:
-        """`x1` (the base input), `x4` (the scale point) or `one_file` (one large landing file),
-        generated once per invocation."""
+        """`x1` (the base input), `x4` (the scale point), `one_file` (one large landing file) or
+        `one_line` (the base input and a file of one line without a break), generated once per
+        invocation."""
         if name not in self.datasets:
             size, seed = {"x1": (self.profile.base, 11), "x4": (self.profile.scale, 13),
-                          "one_file": (self.profile.one_file, 17)}[name]
+                          "one_file": (self.profile.one_file, 17), "one_line": (self.profile.base, 19)}[name]
             self.datasets[name] = make(self.workdir / "data", name, size, seed=seed,
-                                       one_file=name == "one_file")
+                                       one_file=name == "one_file",
+                                       line_bytes=self.profile.one_line if name == "one_line" else 0)
         return self.datasets[name]
 
     def sample_load(self, before: str) -> None:
@@ -218,6 +223,10 @@ def run_one(suite: Suite, name: str) -> None:
     elif name == "scale":
         for job in ("ceiling", "bare", "platform"):
             run_worker(suite, job, suite.spec(job, f"{job}_x4", dataset="x4"))
+    elif name == "one_line":
+        # bounded memory whatever one line holds: the reader keeps its first bytes, and the rest
+        # of the day is ingested as ever
+        run_worker(suite, "platform", suite.spec("platform", "platform_one_line", dataset="one_line"))
     elif name == "one_file":
         # bounded memory whatever one file holds: the whole file is waiting when the drivers start
         for job in ("bare", "platform"):

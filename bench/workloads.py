@@ -1208,8 +1208,18 @@ def platform_backlog(spec: Spec, data: Dataset, name: str, home: WeirHome, pipel
                                                          "gold": time_split(gold)},
             "silver": exactly_once(t.silver, "event_id", data.valid_events),
             "bronze": exactly_once(t.bronze, None, data.lines),
+            "cut_lines": cut_lines(t.bronze),
             "timeline": timeline(t.silver, first),
             **profiled}
+
+
+def cut_lines(bronze: Path) -> list[dict[str, Any]]:
+    """The lines bronze holds the first bytes of only (`line_bytes`: the landing reader's cut),
+    read with delta-rs: where each is, how many bytes were kept, and the whole line's length."""
+    from spark_jobs.control.platform_tables import query
+
+    return query(bronze, 'SELECT source, position, octet_length(value) AS "kept", line_bytes '
+                         "FROM t WHERE line_bytes IS NOT NULL ORDER BY source, position")
 
 
 def platform_steady_once(spec: Spec, data: Dataset, name: str) -> Result:

@@ -96,7 +96,7 @@ def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path)
     assert growth["value"] is None and growth["why_not_measured"] == "not selected in this run"
     [history] = [g for name, g in by_name.items() if name.startswith("a day's back-fill as history grows")]
     assert history["value"] is None and history["why_not_measured"] == "no number in its result"
-    assert len(summary["goals"]) == 10
+    assert len(summary["goals"]) == 11
     assert {(r["job"], r["lines"]) for r in summary["scaling"]} >= {
         ("platform → silver", 1000), ("platform → silver", 4000), ("platform → gold", 4000)}
     doc["environment"]["git_changed"] = ["bench/run.py", "spark_jobs/backfill.py"]   # not committed
@@ -137,6 +137,27 @@ def test_with_several_pairs_the_landing_goals_take_the_median_of_the_pairs_ratio
     # a pair whose platform run measured nothing is left out of the median
     results["platform_pair3"] = {"label": "platform_pair3", "not_measured": "worker exited 1"}
     assert [p["pair"] for p in report.landing_pairs(document(results, ["bare", "platform"]))] == [1, 2]
+
+
+@pytest.mark.parametrize(("line_bytes", "silver_once", "reached"), [
+    (1_073_741_850, True, True), (500_000_000, True, False), (1_073_741_850, False, False)])
+def test_the_one_line_goal_needs_a_long_enough_line_cut_and_the_day_exactly_once(
+        tmp_path: Path, line_bytes: int, silver_once: bool, reached: bool) -> None:
+    once = {"count": 10, "distinct": 10, "expected": 10, "exactly_once": True}
+    run = {"workload": "platform", "lines": 11, "events_per_s": 5.0, "bronze": once,
+           "silver": {**once, "exactly_once": silver_once},
+           "cut_lines": [{"source": "file:///l/bone_line-line.jsonl#abc", "position": 0, "kept": 4_000_004,
+                          "line_bytes": line_bytes}]}
+    doc = document({"platform_one_line": run}, ["one_line"])
+    doc["summary"] = summary = report.summarise(doc)
+    [goal] = [g for g in summary["goals"] if g["goal"].startswith("one line without a break")]
+    assert (goal["value"], goal["reached"]) == (round(line_bytes / 1e9, 2), reached)
+    report.write(doc, tmp_path, stem="line")
+    assert f"| platform_one_line | bone_line-line.jsonl#abc | 0 | 4,000,004 | {line_bytes:,} |" in \
+        (tmp_path / "line.md").read_text()
+    run["cut_lines"] = []
+    [goal] = [g for g in report.summarise(doc)["goals"] if g["goal"].startswith("one line without")]
+    assert goal["reached"] is None and goal["why_not_measured"] == "bronze recorded no cut line"
 
 
 def test_the_ladder_gives_each_step_against_the_floor_and_the_step_before(tmp_path: Path) -> None:
