@@ -1215,11 +1215,17 @@ def platform_backlog(spec: Spec, data: Dataset, name: str, home: WeirHome, pipel
 
 def cut_lines(bronze: Path) -> list[dict[str, Any]]:
     """The lines bronze holds the first bytes of only (`line_bytes`: the landing reader's cut),
-    read with delta-rs: where each is, how many bytes were kept, and the whole line's length."""
+    read with delta-rs: where each is, how many bytes were kept, and the whole line's length. The
+    lines' text is read only when there is such a line: every platform run checks, and a day's
+    bronze without one is its `line_bytes` column alone."""
     from spark_jobs.control.platform_tables import query
 
-    return query(bronze, 'SELECT source, position, octet_length(value) AS "kept", line_bytes '
-                         "FROM t WHERE line_bytes IS NOT NULL ORDER BY source, position")
+    cut = "FROM t WHERE line_bytes IS NOT NULL"
+    counted = query(bronze, f'SELECT count(*) AS "n" {cut}')
+    if not counted or not counted[0]["n"]:
+        return []
+    return query(bronze, f'SELECT source, position, octet_length(value) AS "kept", line_bytes {cut} '
+                         "ORDER BY source, position")
 
 
 def platform_steady_once(spec: Spec, data: Dataset, name: str) -> Result:

@@ -254,9 +254,9 @@ def read_stream(spark: SparkSession, options: Mapping[str, str],
 
     from spark_jobs.transforms import MAX_LINE_BYTES
 
-    max_line_bytes = _size_option(options, "maxLineBytes", MAX_LINE_BYTES)
-    if not 0 < max_line_bytes <= 1 << 30:   # a JVM byte array holds what is kept of a line
-        raise ValueError(f"the landing source's maxLineBytes must be from 1 to 1g, not {max_line_bytes}")
+    max_line_bytes = _size_option(options, "maxLineBytes", MAX_LINE_BYTES)   # positive
+    if max_line_bytes > 1 << 30:   # a JVM byte array holds what is kept of a line
+        raise ValueError("the landing source's maxLineBytes must be at most 1g")
     planner = LandingPlanner(options, stopping)
     gateway = spark.sparkContext._gateway  # type: ignore[attr-defined]
     ensure_callback_server_started(gateway)
