@@ -566,9 +566,10 @@ def history_point(point: dict[str, Any]) -> Result:
 class DayCopies:
     """Days of history in seconds: silver (and with `bronze`, bronze) grown by copies of one day
     under earlier dates, appended directly. Each copy is of the table as of the version where it
-    held only that day; copy k has its event ids suffixed `~k`, its event times k days earlier,
-    its lines' identity (source) suffixed `#copy-k`, and in bronze it is ingested on its own day
-    (k days before the dataset's: see `_copy`). A bronze copy's lines are rewritten to match:
+    held only that day; copy k has its event ids and session ids suffixed `~k` (so the session
+    table grows with the copies too), its event times k days earlier,
+    its lines' identity (source) suffixed `#copy-k`, and it is ingested on its own day, right
+    after its last event (see `_copy`). A bronze copy's lines are rewritten to match:
     parsed, they derive exactly silver's copy. With `quarantine`, the copy's refused lines are
     parsed and their quarantine rows appended too, as the stream would have written them (without
     them, a back-fill that read a copy's lines wrote its quarantine rows: timed as its own work).
@@ -578,6 +579,8 @@ class DayCopies:
     def __init__(self, spark: SparkSession, pipeline: Pipeline, day: dt.date, silver: Path,
                  silver_version: int, *, bronze: tuple[Path, int | None] | None = None,
                  quarantine: tuple[Path, int | None] | None = None) -> None:
+        from pyspark.sql import functions as F
+
         from spark_jobs.transforms import KEY_HASH
 
         def as_of(path: Path, version: int | None) -> DataFrame:
@@ -597,6 +600,15 @@ class DayCopies:
         self.quarantine = ((quarantine[0], self.bronze_day.join(
             as_of(*quarantine).select("source", "position"), ["source", "position"], "left_semi")
             .localCheckpoint()) if quarantine and self.bronze_day is not None else None)
+        # The day was ingested weeks after its events, at whatever hour the run began. A copy k
+        # days earlier keeps its lines' ingest order, moved to begin a second after its own last
+        # event: ingested hours before some of its events, those would stand further ahead of
+        # their ingest time than the contract allows, and a back-fill of the copy's date would
+        # move them to quarantine (`Pipeline.max_event_time_ahead`).
+        first_ingest = (self.bronze_day.agg(F.min("ingest_time")) if self.bronze_day is not None
+                        else self.silver_day.agg(F.min("_ingest_time"))).first()[0]
+        last_event = self.silver_day.agg(F.max(pipeline.event_time)).first()[0]
+        self.after_last_event_us = (last_event - first_ingest) // dt.timedelta(microseconds=1) + 1_000_000
 
     def to(self, target: int) -> int:
         """Append copies until silver holds at least `target` rows; its size then."""
@@ -614,13 +626,15 @@ class DayCopies:
 
         p, k = self.pipeline, self.days
         copy_day = (self.day - dt.timedelta(days=k)).isoformat()
+        shift_us = self.after_last_event_us - k * 86_400_000_000
 
         def ingested_on_copy_day(ingest_time: str) -> Column:
-            return F.col(ingest_time) - F.expr(
-                f"make_interval(0, 0, 0, datediff(to_date({ingest_time}), DATE'{copy_day}'))")
+            return F.timestamp_micros(F.unix_micros(ingest_time) + F.lit(shift_us))
 
         lineage = F.lit(f"#copy-{k}")
-        silver = {p.key: F.concat(F.col(p.key), F.lit(f"~{k}")),
+        # the copy's events and its sessions are its own: the keys of both suffixed
+        keys = tuple(dict.fromkeys((p.key, *([p.sessions.key] if p.sessions else []))))
+        silver = {**{key: F.concat(F.col(key), F.lit(f"~{k}")) for key in keys},
                   p.event_time: F.col(p.event_time) - F.expr(f"INTERVAL {k} DAYS"),
                   "event_date": F.date_sub("event_date", k),
                   "_source": F.concat("_source", lineage),
@@ -628,7 +642,9 @@ class DayCopies:
         append(self.silver_day, silver, self.silver)
         self.rows += self.day_rows
         if self.bronze_day is not None and self.bronze is not None:
-            line = F.regexp_replace("value", f'"{p.key}":"([^"]*)"', f'"{p.key}":"$1~{k}"')
+            line = F.col("value")
+            for key in keys:
+                line = F.regexp_replace(line, f'"{key}":"([^"]*)"', f'"{key}":"$1~{k}"')
             line = F.regexp_replace(line, f'"{p.event_time}":"{self.day.isoformat()}T',
                                     f'"{p.event_time}":"{copy_day}T')
             # Ingested on its own day, as a stream's history is: the dataset's day was ingested
@@ -636,7 +652,7 @@ class DayCopies:
             # (`transforms.event_date_hint`), and each of its files' hints spans the weeks between.
             # Shifted k days, every copy's files would span the day too, and a back-fill of it read
             # them all (measured: 10 of 10 files at 10 days).
-            on_its_day = F.lit(copy_day).cast("date")
+            on_its_day = F.to_date(ingested_on_copy_day("ingest_time"))
             by_ingest = F.col("event_date_hint") == F.col("ingest_date")
             bronze = {"value": line, "source": F.concat("source", lineage),
                       "ingest_time": ingested_on_copy_day("ingest_time"),
