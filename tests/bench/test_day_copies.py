@@ -8,25 +8,27 @@ from __future__ import annotations
 import datetime as dt
 
 from bench.workloads import DayCopies
-from spark_jobs import backfill, stream
+from spark_jobs import backfill
 from spark_jobs.generator import generate
-from spark_jobs.layers import PipelineTables
+from spark_jobs.layers import ensure_tables
 from spark_jobs.tables import delta_version
 from tests.helpers import table
+from tests.integration.batches import ingest
 from tests.integration.pipelines import playback
 
 DAY = dt.date(2026, 11, 19)
 
 
 def test_a_copy_is_what_its_bronze_lines_derive_to_with_events_and_sessions_of_its_own(spark, home):
-    pipeline = playback(files_per_trigger=None)
-    generate(home.landing("playback"), files=2, sessions_per_file=8, seed=91,
-             start=dt.datetime(2026, 11, 19, 9, 0, tzinfo=dt.UTC))
-    stream.run(pipeline, once=True, home=home, spark=spark)
-    tables = PipelineTables.of(home, pipeline)
+    pipeline = playback()
+    tables = ensure_tables(spark, home, pipeline)
+    day = generate(home.landing("playback"), files=2, sessions_per_file=8, seed=91,
+                   start=dt.datetime(2026, 11, 19, 9, 0, tzinfo=dt.UTC))
+    # ingested weeks later, at an hour before the day's events began
+    ingest(spark, pipeline, tables, day.files, dt.datetime(2026, 12, 3, 1, 0, tzinfo=dt.UTC), 0)
     versions = {layer: delta_version(getattr(tables, layer)) for layer in ("silver", "bronze", "quarantine")}
-    day = table(spark, tables.silver)
-    day_rows, day_sessions = day.count(), day.select("session_id").distinct().count()
+    silver_day = table(spark, tables.silver)
+    day_rows, day_sessions = silver_day.count(), silver_day.select("session_id").distinct().count()
 
     copies = DayCopies(spark, pipeline, DAY, tables.silver, versions["silver"],
                        bronze=(tables.bronze, versions["bronze"]),
