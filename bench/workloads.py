@@ -567,9 +567,9 @@ class DayCopies:
     """Days of history in seconds: silver (and with `bronze`, bronze) grown by copies of one day
     under earlier dates, appended directly. Each copy is of the table as of the version where it
     held only that day; copy k has its event ids and session ids suffixed `~k` (so the session
-    table grows with the copies too), its event times k days earlier,
-    its lines' identity (source) suffixed `#copy-k`, and it is ingested on its own day, right
-    after its last event (see `_copy`). A bronze copy's lines are rewritten to match:
+    table grows with the copies too), its event times k days earlier, its lines' identity
+    (source) suffixed `#copy-k`, and it is ingested on its own day, right after its last event
+    (see `__init__`). A bronze copy's lines are rewritten to match:
     parsed, they derive exactly silver's copy. With `quarantine`, the copy's refused lines are
     parsed and their quarantine rows appended too, as the stream would have written them (without
     them, a back-fill that read a copy's lines wrote its quarantine rows: timed as its own work).
