@@ -16,6 +16,7 @@ it. Two things did, and one mechanism answers both:
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 from pathlib import Path
@@ -59,3 +60,41 @@ def free_ports(count: int) -> tuple[int, ...]:
     finally:
         for sock in held:
             sock.close()
+
+
+def bindable(port: int) -> bool:
+    """Whether a server could bind `port` on 127.0.0.1 now. As servers do, with `SO_REUSEADDR`: a
+    connection of an earlier server still closing (`TIME_WAIT`) does not hold the port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+        return True
+
+
+def holder(port: int) -> str:
+    """Who holds `port` for a server, for a message: "pid 123 (java)", read from /proc (the socket
+    bound to the port and not connected anywhere, then the process with that socket open), or
+    "another process" when /proc does not tell (another user's process, another OS)."""
+    sockets: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            local, remote, inode = fields[1], fields[2], fields[9]
+            if int(local.rsplit(":", 1)[1], 16) == port and int(remote.rsplit(":", 1)[1], 16) == 0:
+                sockets.add(f"socket:[{inode}]")
+    for process in Path("/proc").iterdir() if sockets else ():
+        if not process.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in sockets for fd in (process / "fd").iterdir()):
+                return f"pid {process.name} ({(process / 'comm').read_text().strip()})"
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return "another process"

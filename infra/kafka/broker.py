@@ -9,7 +9,8 @@ code, resolved from Maven Central (`org.apache.kafka:kafka_2.13`, see `pom.xml`)
 
 Data, generated configuration and `broker.json` (pid, bootstrap servers, ports) live under
 `WEIR_HOME/kafka`; the broker's log is `WEIR_HOME/logs/kafka.log`. The port is free by default,
-fixed by `--port` or `WEIR_KAFKA_PORT`, and kept across restarts so clients reconnect.
+fixed by `--port` or `WEIR_KAFKA_PORT`, and kept across restarts so clients reconnect: when another
+process holds it, `start` refuses in one line naming that process.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from spark_jobs.home import REPO_ROOT, WeirHome
-from spark_jobs.ports import free_ports
+from spark_jobs.ports import bindable, free_ports, holder
 
 log = logging.getLogger("weir.kafka.broker")
 
@@ -209,6 +210,31 @@ def _tail(path: Path, lines: int = 15) -> str:
         return "(no log)"
 
 
+def _ports(previous: BrokerState | None, port: int | None) -> tuple[int, int]:
+    """The listener's and the controller's ports of a start.
+
+    The listener's is `port` (`--port`), else `WEIR_KAFKA_PORT`, else the previous run's, which
+    the clients hold, else a free one. Another process holding a port so chosen is refused, naming
+    the holder: a broker on another port would leave its clients knocking at the old one. The
+    controller's port is the previous run's while it is free, else a free one: only the broker
+    itself connects to it."""
+    spare, other = free_ports(2)  # distinct, so a drawn port never meets the drawn controller port
+    chosen = [(port, "--port"), (int(os.environ.get("WEIR_KAFKA_PORT", 0)), "WEIR_KAFKA_PORT"),
+              (previous.port if previous else 0, "the previous run's port, kept for its clients")]
+    given, origin = next(((p, why) for p, why in chosen if p), (0, ""))
+    if given and not bindable(given):
+        raise BrokerError(f"port {given} ({origin}) is held by {holder(given)}: stop that process, or "
+                          "start the broker on another port (--port N or WEIR_KAFKA_PORT=N) and give "
+                          "its clients 127.0.0.1:N")
+    listener = given or spare
+    kept = previous.controller_port if previous and previous.port == listener else 0
+    if kept and not bindable(kept):
+        log.warning("the previous controller port %d is held by %s: the controller takes another",
+                    kept, holder(kept))
+        kept = 0
+    return listener, kept or next(drawn for drawn in (spare, other) if drawn != listener)
+
+
 def start(home: WeirHome, port: int | None = None, timeout_s: float = READY_TIMEOUT_S) -> BrokerState:
     """Start the broker of `home` unless it runs already; return once it answers."""
     current = running(home)
@@ -216,11 +242,7 @@ def start(home: WeirHome, port: int | None = None, timeout_s: float = READY_TIME
         return current
     classpath = _classpath()
     previous = read_state(home)
-    spare, other = free_ports(2)  # distinct, so a drawn port never meets the drawn controller port
-    port = port or int(os.environ.get("WEIR_KAFKA_PORT", 0)) or (previous.port if previous else 0) \
-        or spare
-    controller_port = (previous.controller_port if previous and previous.port == port else 0) \
-        or next(drawn for drawn in (spare, other) if drawn != port)
+    port, controller_port = _ports(previous, port)
     root, data = home.kafka, home.kafka / "data"
     root.mkdir(parents=True, exist_ok=True)
     home.logs.mkdir(parents=True, exist_ok=True)
@@ -253,6 +275,10 @@ def start(home: WeirHome, port: int | None = None, timeout_s: float = READY_TIME
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
+            taken = [p for p in (port, controller_port) if not bindable(p)]
+            if taken and "Address already in use" in _tail(log_file, 200):
+                raise BrokerError(f"port {taken[0]} was taken by {holder(taken[0])} while the broker "
+                                  f"started; start it again (see {log_file})")
             raise BrokerError(f"broker exited with {process.returncode}; see {log_file}:\n{_tail(log_file)}")
         if _answers(state.bootstrap_servers, 2.0):
             log.info("Kafka broker %d answers on %s (data %s)", state.pid, state.bootstrap_servers, data)

@@ -7,8 +7,10 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import os
 import random
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -24,6 +26,7 @@ from spark_jobs.home import WeirHome
 from spark_jobs.kafka import KafkaConnection
 from tests.helpers import assert_exactly_once, table
 from tests.kafka.harness import (
+    BROKER,
     Broker,
     Driver,
     command_lines_holding,
@@ -195,6 +198,39 @@ def test_broker_restart_while_streaming_recovers_losing_and_doubling_nothing(
         code = driver.terminate()
     assert code == 0, driver.tail()
     assert_layers_exact(spark, home, records, events, broker.connection)
+
+
+def test_a_kept_port_held_by_another_process_is_refused_naming_it(broker: Broker) -> None:
+    """The broker keeps its listener port across restarts, for its clients. Held by another
+    process, the start is refused in one line naming the port and the holder, before any JVM starts.
+    The controller port, which only the broker uses, is drawn anew when held; the broker then
+    starts on its data with its clients' port."""
+    state_file = broker.home.kafka / "broker.json"
+    before = json.loads(state_file.read_text())
+    broker.stop()
+    held = {}
+    try:
+        for name in ("port", "controller_port"):
+            held[name] = socket.socket()
+            held[name].setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            held[name].bind(("127.0.0.1", before[name]))
+            held[name].listen()
+        refused = subprocess.run([sys.executable, str(BROKER), "start"], capture_output=True, text=True,
+                                 env={**os.environ, "WEIR_HOME": str(broker.home.root)}, timeout=120)
+        assert refused.returncode == 1, refused
+        [message] = refused.stderr.strip().splitlines()
+        assert f"port {before['port']} " in message and f"pid {os.getpid()} " in message, message
+        assert json.loads(state_file.read_text())["pid"] == before["pid"], "a broker was started"
+        held.pop("port").close()
+        broker.start()   # the controller port still held
+        after = json.loads(state_file.read_text())
+        assert (after["port"], after["cluster_id"]) == (before["port"], before["cluster_id"]), after
+        assert after["controller_port"] != before["controller_port"], after
+    finally:
+        for sock in held.values():
+            sock.close()
+        broker.start()
+    kafka.ensure_topic(broker.connection, f"weir-test-{uuid.uuid4().hex[:8]}", 1)  # it answers
 
 
 def test_unreachable_broker_or_missing_topic_fails_the_start_clearly(
