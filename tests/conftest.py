@@ -61,7 +61,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     return report
 
 
-# `make test` runs the suite on xdist workers (one per two cores), a module (or a group of modules
+# `make test` runs the suite on xdist workers (one per core), a module (or a group of modules
 # that cannot run side by side) to a unit of work, the longest units first:
 # tests/support/scheduling.py.
 @pytest.hookimpl(tryfirst=True)

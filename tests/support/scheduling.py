@@ -1,4 +1,4 @@
-"""How `make test` shares the suite between its xdist workers (one per two cores: the Makefile).
+"""How `make test` shares the suite between its xdist workers (one per core: the Makefile).
 
 A unit of work is a test module, so a module's servers (Airflow, PostgreSQL, the broker) start on
 one worker only; modules that cannot run beside each other form one unit (`SHARED`). Units are
