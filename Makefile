@@ -58,8 +58,9 @@ demo: setup
 	$(PY) -m spark_jobs.demo
 
 # One pytest-xdist worker per core (WEIR_TEST_WORKERS=N for another number). A test waits on its
-# drivers, servers and polls as much as it computes: one worker left 36-41 % of this 2-core machine
-# idle, and two ran the whole suite in 1,536 s of tests against 2,093-2,164 s (README, "Two commands").
+# drivers, servers and polls about as much as it computes: one worker left about 40 % of this 2-core
+# machine idle, and two ran the whole suite in 1,536-1,748 s of tests against 2,093-2,164 s with one
+# (README, "Two commands").
 WEIR_TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 test: setup
 	$(PY) -m pytest -n $(WEIR_TEST_WORKERS)
