@@ -1,5 +1,6 @@
 """Free TCP ports on 127.0.0.1 for the servers Weir starts (YARN, Kafka, Spark standalone) and the
-ones its tests start.
+ones its tests start; whether a port a server keeps across restarts is still free (`bindable`), and
+who holds it when not (`holder`).
 
 A port is looked up, released, and only then bound by the server: in between, anything may take
 it. Two things did, and one mechanism answers both:
