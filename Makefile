@@ -59,7 +59,7 @@ demo: setup
 
 # One pytest-xdist worker per core (WEIR_TEST_WORKERS=N for another number). A test waits on its
 # drivers, servers and polls about as much as it computes: one worker left about 40 % of this 2-core
-# machine idle, and two ran the whole suite in 1,536-1,748 s of tests against 2,093-2,164 s with one
+# machine idle, and two ran the whole suite in 1,536-1,828 s of tests against 2,093-2,164 s with one
 # (README, "Two commands").
 WEIR_TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 test: setup
