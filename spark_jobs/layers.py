@@ -115,6 +115,16 @@ def skipping_order(pipeline: Pipeline) -> dict[str, tuple[str, ...]]:
     return order
 
 
+def one_value_per_file() -> dict[str, str]:
+    """Key → the column of which no file of that table holds two values: bronze's
+    `event_date_hint`, so that a back-fill of one date reads that date's lines and no other's.
+    The stream writes a batch that spans several dates a date per file (`transforms.by_hint`), and
+    compaction keeps them apart (`control.maintenance`)."""
+    from spark_jobs import transforms  # Spark's: not in the Airflow process's imports
+
+    return {"bronze": transforms.EVENT_DATE_HINT}
+
+
 def statistics_columns(pipeline: Pipeline) -> dict[str, tuple[str, ...]]:
     """Key → the columns whose per-file minimum, maximum and null count Delta keeps, for the tables
     written a row per input line: the columns their readers skip files by (`skipping_order`), and

@@ -429,7 +429,7 @@ def warm_key_hashes(spark: SparkSession, path: Path, key_hash: str) -> int:
                                                    str(path), key_hash))
 
 
-def java_strings(gateway: Any, values: Sequence[str]) -> Any:
+def java_strings(gateway: Any, values: Sequence[str | None]) -> Any:
     """`values` as a Java String[] (py4j)."""
     array = gateway.new_array(gateway.jvm.java.lang.String, len(values))
     for i, value in enumerate(values):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pyspark import SparkContext
@@ -26,6 +26,8 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+
+from spark_jobs.tables import java_strings
 
 if TYPE_CHECKING:
     from spark_jobs.catalog import Field, Pipeline
@@ -187,6 +189,29 @@ def event_date_hint(pipeline: Pipeline, ingest_date: Column) -> Column:
     if field is None or field.type != "timestamp":
         return F.lit(None).cast(DateType())
     return F.coalesce(F.to_date(pipeline.event_time), ingest_date)
+
+
+def by_hint(rows: DataFrame, lines_by_hint: Mapping[object, int], partitions: int) -> DataFrame:
+    """Bronze `rows` whose lines span several `event_date_hint`s (`lines_by_hint`: each date's
+    lines), repartitioned so that each partition, and so each file written from it, holds one
+    date's lines (`infra/jvm/weir/ByValue.java`): a back-fill reads only its dates' files by their
+    statistics on the hint, however many days one batch of a backlog brings. The date of the most
+    lines stays in the partitions it is in; each other date gets a share of `partitions` in
+    proportion to its lines, at least one, and only their lines are shuffled: a batch of one day
+    with a few late events, or refused lines filed by their ingest date, moves those few. Lines of
+    one date are returned as they are."""
+    if len(lines_by_hint) <= 1:
+        return rows
+    gateway = rows.sparkSession.sparkContext._gateway  # type: ignore[attr-defined]
+    dates = list(lines_by_hint)
+    values = java_strings(gateway, [None if d is None else str(d) for d in dates])
+    weights = gateway.new_array(gateway.jvm.long, len(dates))
+    for i, date in enumerate(dates):
+        weights[i] = lines_by_hint[date]
+    repartitioned = gateway.jvm.weir.ByValue.repartition(
+        rows._jdf, EVENT_DATE_HINT, values, weights, partitions,  # type: ignore[attr-defined]
+        java_strings(gateway, BRONZE_KEY), True)
+    return DataFrame(repartitioned, rows.sparkSession)
 
 
 def rejects(parsed: DataFrame) -> DataFrame:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.home import WeirHome
-from spark_jobs.layers import PipelineTables, skipping_order
+from spark_jobs.layers import PipelineTables, one_value_per_file, skipping_order
 from spark_jobs.tables import checkpoint_after_commits, delta_version, java_strings, retry_conflicts
 
 if TYPE_CHECKING:
@@ -45,18 +45,21 @@ class Compacted:
 
 
 def compact(spark: SparkSession, path: Path, order: tuple[str, ...], *,
-            target_bytes: int = TARGET_FILE_BYTES, small_bytes: int | None = None) -> Compacted:
+            target_bytes: int = TARGET_FILE_BYTES, small_bytes: int | None = None,
+            cut: str | None = None) -> Compacted:
     """Compact the table at `path`: in each partition, its small files (under `small_bytes`, a
     quarter of `target_bytes` by default) and files with deletion vectors are rewritten sorted by
     `order` into files of about `target_bytes`, in an OPTIMIZE commit per partition whose files
-    change no data."""
+    change no data. With `cut`, no file is written holding two values of that column
+    (`layers.one_value_per_file`): a file of one value is compacted only with others of its value,
+    and files that mix values are split by value."""
     gateway = spark.sparkContext._gateway  # type: ignore[attr-defined]
     columns = java_strings(gateway, order)
 
     def run() -> Compacted:
         removed, added, partitions, rows = gateway.jvm.weir.Compact.compact(
             spark._jsparkSession, str(path), columns, target_bytes,  # type: ignore[attr-defined]
-            target_bytes // 4 if small_bytes is None else small_bytes)
+            target_bytes // 4 if small_bytes is None else small_bytes, cut)
         return Compacted(int(removed), int(added), int(partitions), int(rows))
 
     return retry_conflicts(run, what=f"compact {path}")
@@ -72,7 +75,7 @@ def maintain(spark: SparkSession, pipeline: Pipeline, home: WeirHome, *,
         path = tables[layer]
         if delta_version(path) is None:
             continue
-        done = compact(spark, path, order)
+        done = compact(spark, path, order, cut=one_value_per_file().get(layer))
         DeltaTable.forPath(spark, str(path)).vacuum(float(retain_hours))
         checkpoint_after_commits(path)   # written after commits, not in one (`tables`)
         result[layer] = {"files_added": done.files_added, "files_removed": done.files_removed,

@@ -20,6 +20,7 @@ from spark_jobs.control import eventlog
 from spark_jobs.layers import PipelineTables, ensure_tables
 from spark_jobs.tables import insert_absent
 from tests.helpers import assert_exactly_once, table
+from tests.integration.batches import ingest
 from tests.integration.pipelines import playback
 
 pytestmark = pytest.mark.slow
@@ -93,6 +94,40 @@ def test_backfill_of_one_date_reads_only_the_bronze_files_of_that_date(spark, ho
     logged = [(e["outcome"], e["details"]["from"], e["details"]["to"])
               for e in eventlog.read(home, "playback") if e["action"] == "backfill"]
     assert logged == [("ok", LATE_DAY.isoformat(), LATE_DAY.isoformat())]
+
+
+def test_a_batch_spanning_several_days_writes_each_days_bronze_in_files_of_its_own(spark, home,
+                                                                                   tmp_path):
+    """A backlog of several days ingested in one micro-batch, each landing file holding lines of
+    every day interleaved, one day's few: a back-fill of one day reads that day's bronze lines
+    and no other, where the batch's files each spanned every day."""
+    pipeline = playback()
+    tables = ensure_tables(spark, home, pipeline)
+    days = [FIRST + dt.timedelta(days=d) for d in range(3)]
+    per_file = {days[0]: 12, days[1]: 2, days[2]: 30}
+    files, lines_of = [], {d: 0 for d in days}
+    for f in range(2):
+        lines = [event(f"e{f}-{d}-{i}", d) for d, n in per_file.items() for i in range(n)]
+        lines = lines[::2] + lines[1::2] + ['{"event_id": "broken", ']   # days interleaved
+        files.append(tmp_path / f"backlog-{f}.jsonl")
+        files[-1].write_text("\n".join(lines) + "\n")
+        for d, n in per_file.items():
+            lines_of[d] += n
+    ingest_time = dt.datetime.combine(days[-1], dt.time(23, 0), tzinfo=dt.UTC)
+    lines_of[days[-1]] += 2   # the malformed lines, filed under their ingest date
+    ingest(spark, pipeline, tables, files, ingest_time, batch_id=0)
+
+    everything = table(spark, tables.bronze)
+    assert_exactly_once(everything, transforms.BRONZE_KEY,
+                        {(f"file://{f}", i + 1) for f in files for i in range(sum(per_file.values()) + 1)},
+                        "bronze")
+    version = latest_version(tables.bronze)
+    all_files, _ = scanned(everything)
+    for day in days:
+        read, rows = scanned(bronze_lines(spark, tables.bronze, version, day, day))
+        assert rows == lines_of[day] and read < all_files, (day, read, rows, all_files, lines_of)
+    result = backfill(spark, pipeline, days[1], days[1], home=home)
+    assert result.lines_read == lines_of[days[1]], result
 
 
 def test_event_date_hint_is_the_event_date_silver_gets(spark):

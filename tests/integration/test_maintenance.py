@@ -159,3 +159,48 @@ def test_compaction_sorts_a_tables_small_files_by_what_its_reads_skip_files_by(s
     assert not any(change["dataChange"] for change in changes)
     again = compact(spark, tables.bronze, order, target_bytes=target, small_bytes=target // 2)
     assert again.files_removed == 0, again
+
+
+def test_compaction_cut_at_the_date_keeps_each_dates_bronze_in_files_of_its_own(spark, home) -> None:
+    """Compacted with bronze's cut (`layers.one_value_per_file`), no file holds two dates: the
+    batches that mix a day's lines with late events of another are split by date, so a back-fill
+    of the late date reads its lines only. A file already of one date is compacted only with
+    other files of that date, and then only when there are two."""
+    from pyspark.testing import assertDataFrameEqual
+
+    from spark_jobs.layers import one_value_per_file
+
+    pipeline = playback()
+    tables = ensure_tables(spark, home, pipeline)
+    lines = stream_batches(spark, tables.bronze)
+    before = table(spark, tables.bronze).collect()
+    order, cut = skipping_order(pipeline)["bronze"], one_value_per_file()["bronze"]
+    late = DAY - dt.timedelta(days=1)
+
+    done = compact(spark, tables.bronze, order, cut=cut)
+    assert (done.files_removed, done.partitions, done.rows) == (2 * BATCHES, 2, lines), done
+    assertDataFrameEqual(table(spark, tables.bronze), before, checkRowOrder=False)
+    files = live_files(tables.bronze)
+    assert all(f["min.event_date_hint"] == f["max.event_date_hint"] for f in files), files
+    dates = sorted((f["partition.ingest_date"], f["min.event_date_hint"]) for f in files)
+    assert dates == [(DAY, DAY), (DAY + dt.timedelta(days=1), late),
+                     (DAY + dt.timedelta(days=1), DAY + dt.timedelta(days=1))], dates
+    read, rows = scanned(bronze_lines(spark, tables.bronze, latest_version(tables.bronze), late, late))
+    assert (read, rows) == (1, 2 * BATCHES), (read, rows)
+    assert compact(spark, tables.bronze, order, cut=cut).files_removed == 0
+
+    # one more batch of the second day's own date: compacted with that date's file, no other
+    more_rows = [(line(f"more-{i}", DAY + dt.timedelta(days=1), "x"), SOURCES[0], 9000 + i, None,
+                      None, None, None, dt.datetime.combine(DAY + dt.timedelta(days=1), dt.time(10),
+                                                            tzinfo=dt.UTC),
+                      DAY + dt.timedelta(days=1), None, None) for i in range(LINES)]
+    parsed = transforms.parse(spark.createDataFrame(more_rows, transforms.BRONZE_SCHEMA), pipeline)
+    insert_absent(transforms.bronze_rows(parsed, pipeline).coalesce(1), tables.bronze, transforms.BRONZE_KEY)
+    untouched = {f["path"] for f in files if f["min.event_date_hint"] != DAY + dt.timedelta(days=1)}
+    again = compact(spark, tables.bronze, order, cut=cut)
+    second_day = BATCHES * (LINES - 2) + LINES
+    assert (again.files_removed, again.files_added, again.rows) == (2, 1, second_day), again
+    assert untouched <= {f["path"] for f in live_files(tables.bronze)}
+    more = {(SOURCES[0], 9000 + i) for i in range(LINES)}
+    assert_exactly_once(table(spark, tables.bronze), ["source", "position"],
+                        {(r.source, r.position) for r in before} | more, "bronze")

@@ -8,6 +8,7 @@ import datetime as dt
 import json
 
 import pytest
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
@@ -280,3 +281,35 @@ def test_hashtags_pipeline_counts_over_sliding_windows(spark):
     assert spark_windows.count() == 12
     assert spark_windows.where("posts = 2").count() == 8
     assert gold.where(F.col("hashtag") == "delta").agg(F.sum("posts")).first()[0] == 10
+
+
+def test_bronze_rows_of_several_dates_are_repartitioned_a_date_per_partition(spark):
+    """`transforms.by_hint`: each date's lines in partitions of their own (so in files of their
+    own): the date of the most lines where its lines are, each other date's a share in proportion
+    to its lines, lines without a date apart; beyond `ByValue.MOST_GROUPS` dates, runs of
+    neighbouring dates share."""
+    first = dt.date(2026, 11, 1)
+    second, later = first + dt.timedelta(days=1), first + dt.timedelta(days=30)
+
+    def rows(counts: dict) -> DataFrame:
+        data = [(d, f"s{i % 3}", i) for d, n in counts.items() for i in range(n)]
+        return spark.createDataFrame(data, "event_date_hint date, source string, position long")
+
+    def dates_by_partition(df: DataFrame) -> list[list]:
+        by = df.groupBy(F.spark_partition_id().alias("p")).agg(F.collect_set("event_date_hint").alias("d"))
+        return [sorted(r.d, key=str) if r.d else [None] for r in by.collect()]
+
+    counts = {first: 50, second: 50, later: 4, None: 3}
+    split = transforms.by_hint(rows(counts), counts, 4)
+    parts = dates_by_partition(split)
+    assert all(len(dates) == 1 for dates in parts), parts
+    # the first of the heaviest kept in place; 50 of 107 lines: 2 of 4 partitions; the rest one
+    assert (parts.count([second]), parts.count([later]), parts.count([None])) == (2, 1, 1), parts
+    assert parts.count([first]) >= 1 and split.count() == sum(counts.values())
+    one_date = rows({first: 5})
+    assert transforms.by_hint(one_date, {first: 5}, 4) is one_date   # no shuffle
+
+    many = {first + dt.timedelta(days=d): 2 for d in range(250)}
+    parts = dates_by_partition(transforms.by_hint(rows(many), many, 2))
+    moved = [p for p in parts if p != [first]]   # 249 dates in runs of 3
+    assert len(moved) == 83 and all((max(p) - min(p)).days <= 2 for p in moved), parts
