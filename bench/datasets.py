@@ -31,6 +31,7 @@ class Dataset:
     valid_events: int
     bytes: int
     day: str = DAY.isoformat()
+    days: int = 1               # the days its events span, `day` the middle one
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> Dataset:
@@ -46,22 +47,29 @@ class Size:
 
 
 def make(root: Path, name: str, size: Size, *, seed: int, one_file: bool = False,
-         line_bytes: int = 0) -> Dataset:
+         line_bytes: int = 0, days: int = 1) -> Dataset:
     """Generate dataset `name` under `root` (replacing an old one of that name). With `one_file`,
     the generated files are joined, in order, into a single landing file (the same lines, re-sent
     duplicates included): what a day's export dropped as one file looks like. With `line_bytes`,
-    a further file holds one line of that many bytes and no line break (`one_line`)."""
+    a further file holds one line of that many bytes and no line break (`one_line`). With `days`,
+    the files are spread evenly over that many days, `DAY` the middle one: the backlog an outage
+    of days leaves."""
     path = (root / name).absolute()
     shutil.rmtree(path, ignore_errors=True)
-    written = generate(path, files=size.files, sessions_per_file=size.sessions_per_file, seed=seed,
-                       start=START, prefix=f"b{name}")
-    files = [join(written.files, path / f"b{name}.jsonl")] if one_file else written.files
-    lines = written.lines
+    first = START - dt.timedelta(days=days // 2)
+    parts = [generate(path, files=size.files // days, sessions_per_file=size.sessions_per_file,
+                      seed=seed + d, start=first + dt.timedelta(days=d),
+                      prefix=f"b{name}" if days == 1 else f"b{name}{d}-")
+             for d in range(days)]
+    generated = [f for written in parts for f in written.files]
+    files = [join(generated, path / f"b{name}.jsonl")] if one_file else generated
+    lines = sum(written.lines for written in parts)
     if line_bytes:
         files = [*files, one_line(path / f"b{name}-line.jsonl", line_bytes)]
         lines += 1
-    dataset = Dataset(name=name, path=str(path), files=len(files), lines=lines,
-                      valid_events=len(written.event_ids), bytes=sum(f.stat().st_size for f in files))
+    events = set().union(*(written.event_ids for written in parts))
+    dataset = Dataset(name=name, path=str(path), files=len(files), lines=lines, valid_events=len(events),
+                      bytes=sum(f.stat().st_size for f in files), days=days)
     (root / f"{name}.json").write_text(json.dumps(asdict(dataset)))
     log.info("dataset %s: %d files, %d lines, %.1f MB", name, dataset.files, dataset.lines,
              dataset.bytes / 1e6)

@@ -53,9 +53,11 @@ RESULTS = REPO_ROOT / "bench" / "results"
 # timed against silver at each of the profile's sizes; `scale` is ceiling, bare and platform on the
 # 4x input.
 DEFAULT = ("ceiling", "bare", "floor", "platform", "steady", "kafka", "growth", "scale")
-EXTRA = ("one_file", "one_line", "ladder", "ceiling_transforms", "latency", "backfill", "profile", "recovery",
-         "dq", "dag_parse")
+EXTRA = ("days", "one_file", "one_line", "ladder", "ceiling_transforms", "latency", "backfill", "profile",
+         "recovery", "dq", "dag_parse")
 NAMES = DEFAULT + EXTRA
+# `days`: the base input's size spread over this many days, all waiting when the drivers start
+BACKLOG_DAYS = 10
 # Measurements that set themselves up (broker, Airflow, their own data): `python -m bench.worker
 # NAME '{"workdir": ..., "quick": ...}'`, each with its own time limit.
 SELF_CONTAINED_TIMEOUT_S = {"recovery": 600.0, "dq": 600.0}
@@ -118,15 +120,17 @@ class Suite:
         return self.profile.budget_s - (time.monotonic() - self.started)
 
     def dataset(self, name: str) -> Dataset:
-        """`x1` (the base input), `x4` (the scale point), `one_file` (one large landing file) or
-        `one_line` (the base input and a file of one line without a break), generated once per
-        invocation."""
+        """`x1` (the base input), `x4` (the scale point), `one_file` (one large landing file),
+        `one_line` (the base input and a file of one line without a break) or `days` (the base
+        input's size over `BACKLOG_DAYS` days), generated once per invocation."""
         if name not in self.datasets:
             size, seed = {"x1": (self.profile.base, 11), "x4": (self.profile.scale, 13),
-                          "one_file": (self.profile.one_file, 17), "one_line": (self.profile.base, 19)}[name]
+                          "one_file": (self.profile.one_file, 17), "one_line": (self.profile.base, 19),
+                          "days": (self.profile.base, 23)}[name]
             self.datasets[name] = make(self.workdir / "data", name, size, seed=seed,
                                        one_file=name == "one_file",
-                                       line_bytes=self.profile.one_line if name == "one_line" else 0)
+                                       line_bytes=self.profile.one_line if name == "one_line" else 0,
+                                       days=BACKLOG_DAYS if name == "days" else 1)
         return self.datasets[name]
 
     def sample_load(self, before: str) -> None:
@@ -223,6 +227,11 @@ def run_one(suite: Suite, name: str) -> None:
     elif name == "scale":
         for job in ("ceiling", "bare", "platform"):
             run_worker(suite, job, suite.spec(job, f"{job}_x4", dataset="x4"))
+    elif name == "days":
+        # a backlog of several days, as an outage leaves it: the platform writes each day's bronze
+        # in files of its own, and a day's back-fill then reads that day's lines only
+        for job in ("bare", "platform"):
+            run_worker(suite, job, suite.spec(job, f"{job}_days", dataset="days"))
     elif name == "one_line":
         # bounded memory whatever one line holds: the reader keeps its first bytes, and the rest
         # of the day is ingested as ever

@@ -1225,8 +1225,28 @@ def platform_backlog(spec: Spec, data: Dataset, name: str, home: WeirHome, pipel
             "silver": exactly_once(t.silver, "event_id", data.valid_events),
             "bronze": exactly_once(t.bronze, None, data.lines),
             "cut_lines": cut_lines(t.bronze),
+            **({"day_read": day_read(t.bronze, dt.date.fromisoformat(data.day))} if data.days > 1 else {}),
             "timeline": timeline(t.silver, first),
             **profiled}
+
+
+def day_read(bronze: Path, day: dt.date) -> dict[str, int]:
+    """What a back-fill of `day` reads of `bronze`: the files Delta's statistics on
+    `event_date_hint` leave it (`backfill.bronze_lines`: those whose range holds the day, or that
+    hold lines without one) and their lines, against bronze's and the day's own lines. From the
+    table's log and one count with delta-rs, no JVM."""
+    import pyarrow as pa
+
+    from spark_jobs.control.platform_tables import query
+    from spark_jobs.tables import delta_log as table_log
+
+    hint = "event_date_hint"
+    files = pa.table(table_log(bronze, files=True).get_add_actions(flatten=True)).to_pylist()
+    read = [f for f in files if f.get(f"null_count.{hint}") or f.get(f"min.{hint}") is None
+            or f[f"min.{hint}"] <= day <= f[f"max.{hint}"]]
+    counted = query(bronze, f"SELECT count(*) AS \"n\" FROM t WHERE {hint} = DATE '{day.isoformat()}'")
+    return {"files": len(read), "lines": sum(f["num_records"] for f in read), "bronze_files": len(files),
+            "bronze_lines": sum(f["num_records"] for f in files), "day_lines": counted[0]["n"]}
 
 
 def cut_lines(bronze: Path) -> list[dict[str, Any]]:

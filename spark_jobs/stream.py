@@ -86,8 +86,9 @@ class BatchSummary:
     valid: int
     dates: tuple[object, object] | None     # the first and last event date of the valid rows
     rule_counts: dict[str, int]
-    # event_date_hint → how many of the batch's lines bronze files under it (`bronze_rows`)
-    lines_by_hint: dict[object, int] = dataclasses.field(default_factory=dict)
+    # (partition of the batch, event_date_hint) → how many of its lines bronze files under it
+    # (`transforms.bronze_rows`), for `transforms.by_hint`
+    lines_by_hint: dict[tuple[int, object], int] = dataclasses.field(default_factory=dict)
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -95,15 +96,15 @@ class BatchSummary:
 
     @staticmethod
     def aggregate(parsed: DataFrame, pipeline: Pipeline, rules: tuple[RowRule, ...]) -> DataFrame:
-        """The summary's aggregate, one row per source and `event_date_hint` (bronze's: a batch's
-        lines rarely span more than a few). Counts and bounds only: every function keeps a
-        fixed-size buffer, so Spark runs it as a hash aggregate over the batch's rows. A set of the
-        dates (`collect_set`) made it an object hash aggregate, 3 % of a backlog's CPU samples
-        (docs/performance.md)."""
+        """The summary's aggregate, one row per source, `event_date_hint` (bronze's: a batch's
+        lines rarely span more than a few) and partition of the batch (a source is read by one
+        task, or a few). Counts and bounds only: every function keeps a fixed-size buffer, so Spark
+        runs it as a hash aggregate over the batch's rows. A set of the dates (`collect_set`) made
+        it an object hash aggregate, 3 % of a backlog's CPU samples (docs/performance.md)."""
         valid = F.col(transforms.REASON).isNull()
         date = F.when(valid, transforms.event_date(pipeline))
         hint = transforms.event_date_hint(pipeline, F.col(f"{transforms.CARRIED}.ingest_date"))
-        return parsed.groupBy("_source", hint.alias("_hint")).agg(
+        return parsed.groupBy("_source", hint.alias("_hint"), F.spark_partition_id().alias("_part")).agg(
             F.min("_position").alias("_first"), F.max("_position").alias("_last"),
             F.count_if(~valid).alias("_rejects"), F.count_if(valid).alias("_valid"),
             F.min(date).alias("_first_date"), F.max(date).alias("_last_date"),
@@ -116,12 +117,12 @@ class BatchSummary:
         firsts = [r["_first_date"] for r in rows if r["_first_date"] is not None]
         lasts = [r["_last_date"] for r in rows if r["_last_date"] is not None]
         positions: dict[str, tuple[int, int]] = {}
-        lines_by_hint: dict[object, int] = {}
+        lines_by_hint: dict[tuple[int, object], int] = {}
         for r in rows:
             first, last = positions.get(r["_source"], (r["_first"], r["_last"]))
             positions[r["_source"]] = (min(first, r["_first"]), max(last, r["_last"]))
-            lines_by_hint[r["_hint"]] = (lines_by_hint.get(r["_hint"], 0)
-                                         + r["_rejects"] + r["_valid"])
+            where = (r["_part"], r["_hint"])
+            lines_by_hint[where] = lines_by_hint.get(where, 0) + r["_rejects"] + r["_valid"]
         return cls(positions=positions,
                    rejects=sum(r["_rejects"] for r in rows), valid=sum(r["_valid"] for r in rows),
                    dates=(min(firsts), max(lasts)) if firsts else None,
@@ -170,8 +171,8 @@ class IngestBatch:
             # on its own, and none waits for another. A back-fill beside the stream deletes a
             # silver row only if it read that row's line in bronze (`tables.reconcile`'s
             # `owned`), so a silver row committed ahead of its bronze row is never one it erases.
-            # A batch spanning several dates (a backlog) writes each date's bronze in files of its
-            # own, so that a back-fill of one date reads only that date's.
+            # A batch spanning several dates (a backlog, late events) writes each date's bronze in
+            # files of its own, so that a back-fill of one date reads only that date's.
             bronze = transforms.by_hint(transforms.bronze_rows(parsed, p), summary.lines_by_hint,
                                         parsed.sparkSession.sparkContext.defaultParallelism)
             writes: dict[str, Callable[[], object]] = {

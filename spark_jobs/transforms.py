@@ -191,26 +191,39 @@ def event_date_hint(pipeline: Pipeline, ingest_date: Column) -> Column:
     return F.coalesce(F.to_date(pipeline.event_time), ingest_date)
 
 
-def by_hint(rows: DataFrame, lines_by_hint: Mapping[object, int], partitions: int) -> DataFrame:
-    """Bronze `rows` whose lines span several `event_date_hint`s (`lines_by_hint`: each date's
-    lines), repartitioned so that each partition, and so each file written from it, holds one
-    date's lines (`infra/jvm/weir/ByValue.java`): a back-fill reads only its dates' files by their
-    statistics on the hint, however many days one batch of a backlog brings. The date of the most
-    lines stays in the partitions it is in; each other date gets a share of `partitions` in
-    proportion to its lines, at least one, and only their lines are shuffled: a batch of one day
-    with a few late events, or refused lines filed by their ingest date, moves those few. Lines of
-    one date are returned as they are."""
-    if len(lines_by_hint) <= 1:
+def by_hint(rows: DataFrame, lines: Mapping[tuple[int, object], int], partitions: int) -> DataFrame:
+    """Bronze `rows` repartitioned so that each partition, and so each file written from it, holds
+    one `event_date_hint`'s lines (`infra/jvm/weir/ByValue.java`): a back-fill reads only its
+    dates' files by their statistics on the hint, however many days one batch of a backlog brings.
+    `lines` counts the rows by (partition, date), as `rows` are partitioned. Each partition keeps
+    its most frequent date's lines where they are; the others' are shuffled, each date over a share
+    of `partitions` in proportion to its lines that move (at least one). A batch of one day with a
+    few late events, or refused lines filed by their ingest date, moves those few; a backlog of
+    landing files in time order, whose tasks each read consecutive files, moves the lines of the
+    tasks that straddle two days; one date, or one date per partition, moves nothing."""
+    dates = sorted({date for _, date in lines}, key=lambda d: (d is not None, d))
+    if len(dates) <= 1:
         return rows
+    index = {date: i for i, date in enumerate(dates)}
+    moved = dict.fromkeys(dates, 0)
+    keep = [-1] * (max(part for part, _ in lines) + 1)
+    for part in {part for part, _ in lines}:
+        here = {date: n for (p, date), n in lines.items() if p == part}
+        kept = max(here, key=lambda d: (here[d], -index[d]))   # the most lines, then the earliest
+        keep[part] = index[kept]
+        for date, n in here.items():
+            moved[date] += 0 if date == kept else n
     gateway = rows.sparkSession.sparkContext._gateway  # type: ignore[attr-defined]
-    dates = list(lines_by_hint)
-    values = java_strings(gateway, [None if d is None else str(d) for d in dates])
     weights = gateway.new_array(gateway.jvm.long, len(dates))
     for i, date in enumerate(dates):
-        weights[i] = lines_by_hint[date]
+        weights[i] = moved[date]
+    kept_in = gateway.new_array(gateway.jvm.int, len(keep))
+    for part, i in enumerate(keep):
+        kept_in[part] = i
     repartitioned = gateway.jvm.weir.ByValue.repartition(
-        rows._jdf, EVENT_DATE_HINT, values, weights, partitions,  # type: ignore[attr-defined]
-        java_strings(gateway, BRONZE_KEY), True)
+        rows._jdf, EVENT_DATE_HINT,  # type: ignore[attr-defined]
+        java_strings(gateway, [None if d is None else str(d) for d in dates]), weights, partitions,
+        java_strings(gateway, BRONZE_KEY), kept_in)
     return DataFrame(repartitioned, rows.sparkSession)
 
 

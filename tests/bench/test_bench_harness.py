@@ -292,6 +292,18 @@ def test_the_history_goal_is_a_days_backfill_among_the_most_days_against_the_few
         tmp_path / "h.md").read_text()
 
 
+def test_the_backlog_day_goal_is_the_bronze_a_days_backfill_reads_against_the_days_lines() -> None:
+    read = {"files": 3, "lines": 110, "bronze_files": 30, "bronze_lines": 1000, "day_lines": 100}
+    run = {"workload": "platform", "events_per_s": 5.0, "day_read": read}
+    doc = document({"platform_days": run}, ["days"])
+    doc["datasets"]["days"] = {"files": 20, "lines": 1000, "valid_events": 900, "bytes": 10, "days": 10}
+    [goal] = [g for g in report.summarise(doc)["goals"] if "backlog of 10 days" in g["goal"]]
+    assert (goal["value"], goal["reached"]) == (1.1, True)
+    read["lines"] = 1000
+    [goal] = [g for g in report.summarise(doc)["goals"] if "backlog of 10 days" in g["goal"]]
+    assert (goal["value"], goal["reached"]) == (10.0, False)
+
+
 @pytest.mark.parametrize(("exact", "gigabytes", "reached"), [
     (True, 2.2, True), (False, 2.2, False), (True, 0.5, False)])
 def test_the_one_file_goal_needs_a_large_enough_file_ingested_exactly_once(
@@ -442,9 +454,10 @@ def test_kafka_run_measures_the_bare_job_and_the_platform_on_the_same_records(tm
 @pytest.mark.slow
 def test_platform_run_is_weir_run_once_with_its_output_checked(tmp_path: Path, capsys) -> None:
     """`python -m bench.worker platform`: `weir run playback --once` in its own driver on a few
-    hundred lines; silver and gold rates from its progress, silver and bronze exactly once. The
+    hundred lines of two days; silver and gold rates from its progress, silver and bronze exactly
+    once, and what a back-fill of one of the days would read of bronze: that day's lines only. The
     driver is recorded as `--jvm-profile` asks, and its samples filed by the work they are part of."""
-    data = make(tmp_path / "data", "x1", Size(files=2, sessions_per_file=6), seed=11)
+    data = make(tmp_path / "data", "days", Size(files=2, sessions_per_file=6), seed=11, days=2)
     _, result = worker("platform", {"workload": "platform", "label": "platform",
                                     "dataset": dataclasses.asdict(data), "workdir": str(tmp_path / "homes"),
                                     "params": {"jvm_profile": str(tmp_path / "jfr")}})
@@ -454,6 +467,9 @@ def test_platform_run_is_weir_run_once_with_its_output_checked(tmp_path: Path, c
     assert result["bronze"]["count"] == result["bronze"]["expected"] == data.lines
     assert 0 < result["gold_events_per_s"] <= result["events_per_s"]
     assert result["batches"] >= 1 and result["time_split_ms"]["ingest"]["addBatch"] > 0
+    read = result["day_read"]
+    assert read["bronze_lines"] == data.lines and 0 < read["day_lines"] == read["lines"] < data.lines, read
+    assert read["files"] < read["bronze_files"], read
     # the queries ran one after another, each span ending where the next begins
     spans = result["query_spans"]
     assert list(spans) == ["ingest", "gold", "sessions"]

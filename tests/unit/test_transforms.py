@@ -285,31 +285,43 @@ def test_hashtags_pipeline_counts_over_sliding_windows(spark):
 
 def test_bronze_rows_of_several_dates_are_repartitioned_a_date_per_partition(spark):
     """`transforms.by_hint`: each date's lines in partitions of their own (so in files of their
-    own): the date of the most lines where its lines are, each other date's a share in proportion
-    to its lines, lines without a date apart; beyond `ByValue.MOST_GROUPS` dates, runs of
-    neighbouring dates share."""
+    own). Each partition keeps its most frequent date's lines in place; the rest move, each date
+    over a share in proportion to its lines that move, lines without a date apart; beyond
+    `ByValue.MOST_GROUPS` dates, runs of neighbouring dates share. Nothing to move: no shuffle."""
     first = dt.date(2026, 11, 1)
     second, later = first + dt.timedelta(days=1), first + dt.timedelta(days=30)
 
-    def rows(counts: dict) -> DataFrame:
+    def rows(counts: dict) -> DataFrame:   # in two partitions, the dates in order
         data = [(d, f"s{i % 3}", i) for d, n in counts.items() for i in range(n)]
-        return spark.createDataFrame(data, "event_date_hint date, source string, position long")
+        return spark.createDataFrame(data, "event_date_hint date, source string, position long").coalesce(2)
+
+    def lines(df: DataFrame) -> dict:   # as the batch's summary counts them
+        by = df.groupBy(F.spark_partition_id().alias("p"), "event_date_hint").count().collect()
+        return {(r.p, r.event_date_hint): r["count"] for r in by}
 
     def dates_by_partition(df: DataFrame) -> list[list]:
         by = df.groupBy(F.spark_partition_id().alias("p")).agg(F.collect_set("event_date_hint").alias("d"))
         return [sorted(r.d, key=str) if r.d else [None] for r in by.collect()]
 
     counts = {first: 50, second: 50, later: 4, None: 3}
-    split = transforms.by_hint(rows(counts), counts, 4)
+    batch = rows(counts)
+    assert {d for p, d in lines(batch) if p == 0} == {first, second}, lines(batch)  # a day straddled
+    split = transforms.by_hint(batch, lines(batch), 4)
     parts = dates_by_partition(split)
     assert all(len(dates) == 1 for dates in parts), parts
-    # the first of the heaviest kept in place; 50 of 107 lines: 2 of 4 partitions; the rest one
-    assert (parts.count([second]), parts.count([later]), parts.count([None])) == (2, 1, 1), parts
-    assert parts.count([first]) >= 1 and split.count() == sum(counts.values())
-    one_date = rows({first: 5})
-    assert transforms.by_hint(one_date, {first: 5}, 4) is one_date   # no shuffle
+    # `first` stays whole where it is; `second` partly stays, partly moves; 4 of the 10 lines that
+    # move are `later`'s: 2 of the 4 partitions (its 4 lines may hash into one)
+    assert (parts.count([first]), parts.count([second]), parts.count([None])) == (1, 2, 1), parts
+    assert parts.count([later]) in (1, 2) and split.count() == sum(counts.values())
+
+    apart = rows({first: 10, second: 10})    # a date per partition: nothing moves
+    unmoved = transforms.by_hint(apart, lines(apart), 4)
+    assert "Exchange" not in unmoved._jdf.queryExecution().executedPlan().toString()
+    assert sorted(dates_by_partition(unmoved)) == [[first], [second]]
 
     many = {first + dt.timedelta(days=d): 2 for d in range(250)}
-    parts = dates_by_partition(transforms.by_hint(rows(many), many, 2))
-    moved = [p for p in parts if p != [first]]   # 249 dates in runs of 3
-    assert len(moved) == 83 and all((max(p) - min(p)).days <= 2 for p in moved), parts
+    parts = dates_by_partition(transforms.by_hint(rows(many), lines(rows(many)), 2))
+    kept = [p for p in parts if p in ([first], [first + dt.timedelta(days=125)])]
+    moved = [p for p in parts if p not in kept]    # 248 dates in runs of 3 (one over a kept date)
+    assert len(kept) == 2 and len(moved) == 83, parts
+    assert all(len(p) <= 3 and (max(p) - min(p)).days <= 3 for p in moved), parts

@@ -210,6 +210,6 @@ public final class Compact {
     long[] weights = counts.stream().mapToLong(r -> r.getLong(1)).toArray();
     String[] spread = Arrays.stream(order).filter(c -> !c.equals(cut)).toArray(String[]::new);
     return ByValue.repartition(read, cut, values, weights, parts,
-        spread.length > 0 ? spread : order, false);
+        spread.length > 0 ? spread : order, null);
   }
 }
