@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     from spark_jobs import catalog
     from spark_jobs.control.maintenance import compact
     from spark_jobs.home import WeirHome
-    from spark_jobs.layers import ensure_tables, skipping_order
+    from spark_jobs.layers import ensure_tables, one_value_per_file, skipping_order
     from spark_jobs.session import build_session
     from spark_jobs.tables import delta_log
 
@@ -164,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         DeltaTable.forPath(spark, str(tables["Delta OPTIMIZE"])).optimize().executeCompaction()
         compacted = {"Delta OPTIMIZE": round(time.monotonic() - started, 2)}
         started = time.monotonic()
-        compact(spark, bronze, skipping_order(pipeline)["bronze"], target_bytes=target)
+        compact(spark, bronze, skipping_order(pipeline)["bronze"], target_bytes=target,
+                cut=one_value_per_file()["bronze"])
         compacted["weir compaction"] = round(time.monotonic() - started, 2)
         times: dict[tuple[str, str], list[float]] = {}
         files_read: dict[tuple[str, str], int] = {}

@@ -21,7 +21,13 @@ from spark_jobs.backfill import backfill
 from spark_jobs.catalog import Pipeline
 from spark_jobs.control.maintenance import Compacted, compact
 from spark_jobs.generator import generate
-from spark_jobs.layers import PipelineTables, ensure_tables, read_dimension, skipping_order
+from spark_jobs.layers import (
+    PipelineTables,
+    ensure_tables,
+    one_value_per_file,
+    read_dimension,
+    skipping_order,
+)
 from spark_jobs.quality import rules as row_rules
 from tests.helpers import assert_exactly_once, table
 from tests.integration.batches import differs, ingest
@@ -203,8 +209,8 @@ def test_backfills_and_compactions_while_files_arrive_lose_and_double_nothing(sp
         def compact_all(delay: float = rng.uniform(0.0, 6.0)) -> None:
             threading.Event().wait(delay)
             outputs = tables.outputs()
-            for layer, order in skipping_order(pipeline).items():
-                compactions.append(compact(spark, outputs[layer], order))
+            for layer, order in skipping_order(pipeline).items():   # as `weir maintain` does
+                compactions.append(compact(spark, outputs[layer], order, cut=one_value_per_file().get(layer)))
 
         damage(spark, tables)
         ingester, compactor = run_in_thread(arrive, failures), run_in_thread(compact_all, failures)
