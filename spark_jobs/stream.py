@@ -172,11 +172,14 @@ class IngestBatch:
             # silver row only if it read that row's line in bronze (`tables.reconcile`'s
             # `owned`), so a silver row committed ahead of its bronze row is never one it erases.
             # A batch spanning several dates (a backlog, late events) writes each date's bronze in
-            # files of its own, so that a back-fill of one date reads only that date's.
+            # files of its own, so that a back-fill of one date reads only that date's. The keys
+            # looked up come from the cached batch as it is: the repartitioned rows are computed
+            # once, by the write.
             bronze = transforms.by_hint(transforms.bronze_rows(parsed, p), summary.lines_by_hint,
                                         parsed.sparkSession.sparkContext.defaultParallelism)
+            lines = parsed.select(*(F.col(f"_{c}").alias(c) for c in transforms.BRONZE_KEY))
             writes: dict[str, Callable[[], object]] = {
-                "bronze": lambda: insert_absent(bronze, t.bronze, transforms.BRONZE_KEY,
+                "bronze": lambda: insert_absent(bronze, t.bronze, transforms.BRONZE_KEY, keys=lines,
                                                 prune=by_source, fencing=token)}
             if summary.rejects:
                 # not a blind append: a back-fill may be inserting the same lines' rows (it reads
