@@ -42,3 +42,13 @@ def assert_exactly_once(df: DataFrame, key: Iterable[str], expected: set, what: 
     assert not (doubled or lost or extra), (
         f"{what}: count={len(rows)} distinct={len(got)} expected={len(expected)}; "
         f"doubled={doubled} lost={sorted(lost)[:10]} extra={sorted(extra)[:10]}")
+
+
+def live_files(path: Path) -> list[dict]:
+    """The Delta table's live files with their statistics (`min.<column>`, `max.<column>`,
+    `num_records`, `partition.<column>`), from its log (delta-rs, no JVM)."""
+    import pyarrow as pa
+
+    from spark_jobs.tables import delta_log
+
+    return pa.table(delta_log(path, files=True).get_add_actions(flatten=True)).to_pylist()

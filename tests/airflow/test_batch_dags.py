@@ -27,7 +27,7 @@ from spark_jobs.generator import generate
 from spark_jobs.home import WeirHome
 from spark_jobs.layers import PipelineTables
 from tests.airflow.supervision_harness import LOCAL_MASTER
-from tests.helpers import assert_exactly_once, table
+from tests.helpers import assert_exactly_once, live_files, table
 from tests.integration.pipelines import playback
 from tests.support.approvals import respond, run_answered
 
@@ -168,6 +168,10 @@ def test_maintenance_dag_compacts_every_table_keeping_its_data(fed: Fed, spark) 
     partitions = {layer: len(partition_values(spark, path)) for layer, path in outputs.items()}
     assert before["bronze"][0] > partitions["bronze"] and before["silver"][0] > partitions["silver"], \
         "bronze and silver should start with several files per partition"
+    # bronze is compacted a date per file (`layers.one_value_per_file`): a file per partition and
+    # event_date_hint, at most
+    partitions["bronze"] = table(spark, outputs["bronze"]).select("ingest_date", "event_date_hint") \
+        .distinct().count()
 
     run = run_dag(f"{P}_maintenance")
     assert run.state == "success", task_states(run)
@@ -185,6 +189,7 @@ def test_maintenance_dag_compacts_every_table_keeping_its_data(fed: Fed, spark) 
         assert done["files_removed"] - done["files_added"] == before[layer][0] - after[layer], logged
         assert done["retain_hours"] >= 168, logged
     assert logged["details"]["bronze"]["sorted_by"] == ["event_date_hint", "source", "position"], logged
+    assert all(f["min.event_date_hint"] == f["max.event_date_hint"] for f in live_files(outputs["bronze"]))
 
 
 def partition_values(spark, path: Path) -> set[str]:

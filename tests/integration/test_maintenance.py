@@ -19,8 +19,8 @@ from spark_jobs import transforms
 from spark_jobs.backfill import bronze_lines, latest_version
 from spark_jobs.control.maintenance import compact
 from spark_jobs.layers import ensure_tables, skipping_order
-from spark_jobs.tables import delta_identifier, delta_log, insert_absent
-from tests.helpers import assert_exactly_once, table
+from spark_jobs.tables import delta_identifier, insert_absent
+from tests.helpers import assert_exactly_once, live_files, table
 from tests.integration.pipelines import playback
 
 
@@ -85,12 +85,6 @@ def stream_batches(spark, path: Path) -> int:
             insert_absent(transforms.bronze_rows(parsed, pipeline).coalesce(1), path, transforms.BRONZE_KEY)
             total += len(rows)
     return total
-
-
-def live_files(path: Path) -> list[dict]:
-    import pyarrow as pa
-
-    return pa.table(delta_log(path, files=True).get_add_actions(flatten=True)).to_pylist()
 
 
 def test_compaction_sorts_a_tables_small_files_by_what_its_reads_skip_files_by(spark, home) -> None:
