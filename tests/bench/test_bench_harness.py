@@ -96,7 +96,9 @@ def test_ratios_and_goals_come_only_from_numbers_of_the_same_run(tmp_path: Path)
     assert growth["value"] is None and growth["why_not_measured"] == "not selected in this run"
     [history] = [g for name, g in by_name.items() if name.startswith("a day's back-fill as history grows")]
     assert history["value"] is None and history["why_not_measured"] == "no number in its result"
-    assert len(summary["goals"]) == 11
+    [backlog] = [g for name, g in by_name.items() if name.startswith("a day's back-fill after a backlog")]
+    assert backlog["value"] is None and backlog["why_not_measured"] == "not selected in this run"
+    assert len(summary["goals"]) == 12
     assert {(r["job"], r["lines"]) for r in summary["scaling"]} >= {
         ("platform → silver", 1000), ("platform → silver", 4000), ("platform → gold", 4000)}
     doc["environment"]["git_changed"] = ["bench/run.py", "spark_jobs/backfill.py"]   # not committed
