@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -57,6 +58,25 @@ def forks() -> int:
     """Processes this machine has started since it booted (`processes` in /proc/stat)."""
     line = next(row for row in Path("/proc/stat").read_text().splitlines() if row.startswith("processes "))
     return int(line.split()[1])
+
+
+FEW = 10   # processes the machine may start during a round for other reasons
+
+
+def fewest_processes_started(work: Callable[[int], None], rounds: int = 3) -> int:
+    """The fewest processes the machine started while `work(round)` ran, over up to `rounds` rounds
+    (stopping at one under `FEW`). A test worker beside this one starts processes of its own now and
+    then (servers, tools), which fall into one round; a cause in `work` falls into every round."""
+    fewest = None
+    for round_ in range(rounds):
+        before = forks()
+        work(round_)
+        started = forks() - before
+        fewest = started if fewest is None else min(fewest, started)
+        if fewest < FEW:
+            break
+    assert fewest is not None
+    return fewest
 
 
 def test_the_session_takes_local_paths_through_weirs_file_system(spark) -> None:
@@ -153,26 +173,32 @@ def test_writing_and_renaming_files_starts_no_process(spark, tmp_path: Path) -> 
     """What a Delta commit does to the log, ten times: create a temporary file (its permission set),
     rename it to a new version. With Hadoop's file system that started 203 processes; a few started
     by anything else on the machine meanwhile are allowed."""
-    (tmp_path / "_delta_log").mkdir()
-    before = forks()
-    for version in range(10):
-        temporary = tmp_path / "_delta_log" / f".{version:020}.json.tmp"
-        create(spark, temporary, b"{}\n")
-        rename(spark, temporary, tmp_path / "_delta_log" / f"{version:020}.json")
-    started = forks() - before
-    assert started < 10, f"{started} processes started by 10 commits' files"
-    assert len(list((tmp_path / "_delta_log").glob("*.json"))) == 10
+    def commits(round_: int) -> None:
+        log = tmp_path / f"table-{round_}" / "_delta_log"
+        log.mkdir(parents=True)
+        for version in range(10):
+            temporary = log / f".{version:020}.json.tmp"
+            create(spark, temporary, b"{}\n")
+            rename(spark, temporary, log / f"{version:020}.json")
+        assert len(list(log.glob("*.json"))) == 10
+
+    started = fewest_processes_started(commits)
+    assert started < FEW, f"{started} processes started by 10 commits' files"
 
 
 def test_delta_commits_start_no_process(spark, tmp_path: Path) -> None:
     """Delta's own log writes take the same path: a commit puts two files in the table's log (its
     JSON and its checksum), each renamed into place. Eight commits that change only a property
     (no data file, no checkpoint) started 320 processes with Hadoop's file system, 40 a commit."""
-    path = tmp_path / "table"
-    spark.range(0).write.format("delta").save(str(path))
-    before = forks()
-    for version in range(1, 9):
-        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('weir.test.version' = '{version}')")
-    started = forks() - before
-    assert sorted(p.name for p in (path / "_delta_log").glob("*.json"))[-1] == f"{8:020}.json"
-    assert started < 10, f"{started} processes started by 8 Delta commits"
+    tables = [tmp_path / f"table-{round_}" for round_ in range(3)]
+    for path in tables:
+        spark.range(0).write.format("delta").save(str(path))
+
+    def commits(round_: int) -> None:
+        path = tables[round_]
+        for version in range(1, 9):
+            spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('weir.test.version' = '{version}')")
+        assert sorted(p.name for p in (path / "_delta_log").glob("*.json"))[-1] == f"{8:020}.json"
+
+    started = fewest_processes_started(commits)
+    assert started < FEW, f"{started} processes started by 8 Delta commits"
